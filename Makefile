@@ -1,0 +1,44 @@
+# Flywheel — the README's commands. `make help` lists them.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+BIN    := $(VENV)/bin
+UV_VERSION := 0.13.8
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test lint unit stack-up stack-down clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-11s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml overrides.txt
+	@scripts/ensure-system.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q "uv==$(UV_VERSION)"
+	$(BIN)/uv pip install --python $(PY) --override overrides.txt -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed ## create .venv and install everything (Java/Maven too, when root)
+
+demo: install ## run the main job on the embedded local stack
+	$(BIN)/flywheel demo
+
+lint: install ## ruff (lint + format check) and mypy (strict on the packages)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: install ## unit tests only: no broker needed
+	$(BIN)/pytest -m "not integration"
+
+test: lint ## lint, then unit + integration tests (starts the local stack if it is not running)
+	$(BIN)/pytest
+
+stack-up: install ## start the local broker and registry
+	$(BIN)/flywheel stack up
+
+stack-down: install ## stop them (data is kept)
+	$(BIN)/flywheel stack down
+
+clean: ## stop the stack and delete .flywheel/ (all local data)
+	-test -x $(BIN)/flywheel && $(BIN)/flywheel stack down
+	rm -rf .flywheel

@@ -1,0 +1,5 @@
+"""`python -m flywheel` runs the CLI."""
+
+from flywheel.cli import main
+
+main()

@@ -1,0 +1,42 @@
+"""`flywheel`: the command line. Each command group lives in `flywheel/commands/`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from flywheel.commands.demo import demo
+from flywheel.commands.stack import stack
+from flywheel.commands.topics import topics
+from flywheel.errors import FlywheelError
+
+
+class _FlywheelGroup(click.Group):
+    """Turns FlywheelError into a one-line message and exit 1: no traceback for user errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FlywheelError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_FlywheelGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="flywheel-platform")
+def cli() -> None:
+    """Flywheel: online RL from IDE telemetry on Kafka, Parquet, DuckDB and PyTorch.
+
+    Configuration comes from FLYWHEEL_* environment variables (see `docs/configuration.md`).
+    With FLYWHEEL_BOOTSTRAP_SERVERS and FLYWHEEL_SCHEMA_REGISTRY_URL unset, commands use the
+    embedded local stack under FLYWHEEL_HOME (default .flywheel/).
+    """
+
+
+cli.add_command(stack)
+cli.add_command(topics)
+cli.add_command(demo)
+
+
+def main() -> None:
+    cli()

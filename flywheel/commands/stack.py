@@ -1,0 +1,84 @@
+"""`flywheel stack up|down|status`: the embedded local broker and schema registry."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.table import Table
+
+from flywheel.console import err, out
+from flywheel.platform import ensure_infrastructure
+from flywheel.settings import Settings
+from streams.admin import TopicReport
+from streams.stack.local import LocalStack
+
+
+@click.group()
+def stack() -> None:
+    """Run the local Kafka broker (KRaft) and Apicurio schema registry."""
+
+
+def _external_note(settings: Settings) -> None:
+    out.print(
+        f"External cluster configured (FLYWHEEL_BOOTSTRAP_SERVERS={settings.kafka_bootstrap}, "
+        f"FLYWHEEL_SCHEMA_REGISTRY_URL={settings.registry_url}): no local stack is managed."
+    )
+
+
+def print_topic_report(report: TopicReport) -> None:
+    """One line for created / existing topics, then each drift with its fix."""
+    out.print(f"topics: {len(report.created)} created, {len(report.existing)} already there")
+    for drift in report.drift:
+        out.print(
+            f"[yellow]drift[/] {drift.topic}: {drift.setting} is {drift.actual}, "
+            f"declared {drift.declared}; fix: {drift.fix()}"
+        )
+
+
+@stack.command()
+def up() -> None:
+    """Start the broker and registry (idempotent), wait until both answer, create topics.
+
+    Artifacts are resolved from Maven Central on first use. Data, topics and schemas survive
+    `down`/`up`. Nothing is started when an external cluster is configured.
+    """
+    settings = Settings.from_env()
+    started_at = time.perf_counter()
+    with err.status("starting the local stack") as status:
+        report = ensure_infrastructure(settings, lambda msg: status.update(msg))
+    if settings.uses_local_stack:
+        for line in LocalStack(settings.home, settings.ports).status():
+            out.print(f"[green]up[/] {line.name} {line.version} at {line.address}")
+    else:
+        _external_note(settings)
+    print_topic_report(report)
+    out.print(f"ready in {time.perf_counter() - started_at:.1f}s")
+
+
+@stack.command()
+def down() -> None:
+    """Stop the broker and registry this state directory started. Data is kept."""
+    settings = Settings.from_env()
+    if not settings.uses_local_stack:
+        _external_note(settings)
+        return
+    with err.status("stopping the local stack") as status:
+        stopped = LocalStack(settings.home, settings.ports, lambda m: status.update(m)).down()
+    out.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@stack.command()
+def status() -> None:
+    """Show what runs, where, which versions, and where the logs are."""
+    settings = Settings.from_env()
+    if not settings.uses_local_stack:
+        _external_note(settings)
+        out.print(f"client configuration: {settings.masked_kafka_config()}")
+        return
+    table = Table("service", "state", "pid", "address", "version", "log")
+    for s in LocalStack(settings.home, settings.ports).status():
+        state = "[green]running[/]" if s.running else "[red]stopped[/]"
+        table.add_row(s.name, state, str(s.pid or "-"), s.address, s.version, str(s.log))
+    out.print(table)
+    out.print(f"state directory: {settings.home}")

@@ -1,0 +1,125 @@
+"""Typed, frozen settings read once from `FLYWHEEL_*` environment variables (DESIGN §2)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flywheel.errors import FlywheelError
+
+_PREFIX = "FLYWHEEL_"
+# FLYWHEEL_KAFKA_SASL_PASSWORD -> sasl.password: passed through to librdkafka / aiokafka.
+_KAFKA_PREFIX = "FLYWHEEL_KAFKA_"
+_SECRET_WORDS = ("password", "secret", "key", "token", "credentials")
+MASK = "****"
+
+
+class SettingsError(FlywheelError):
+    """A FLYWHEEL_* variable is malformed or inconsistent."""
+
+
+def is_secret(name: str) -> bool:
+    """True for configuration keys whose values must never be printed."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        port = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a port number; set it to 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise SettingsError(f"{name}={port} is out of range; set it to 1-65535")
+    return port
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    """Loopback ports of the embedded local stack."""
+
+    kafka: int = 9092
+    controller: int = 9093
+    registry: int = 8081
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything Flywheel reads from its environment, read once at the edge.
+
+    `bootstrap_servers` and `schema_registry_url` are both set (an external cluster: nothing is
+    started locally) or both None (the embedded local stack under `home` is used).
+    """
+
+    home: Path
+    lake: Path
+    bootstrap_servers: str | None = None
+    schema_registry_url: str | None = None
+    ports: StackPorts = StackPorts()
+    kafka_config: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from `env` (default: `os.environ`); raises SettingsError naming the fix."""
+        env = os.environ if env is None else env
+        home = Path(env.get(f"{_PREFIX}HOME") or ".flywheel").expanduser().absolute()
+        lake = Path(env.get(f"{_PREFIX}LAKE") or home / "lake").expanduser().absolute()
+        bootstrap = env.get(f"{_PREFIX}BOOTSTRAP_SERVERS") or None
+        registry = env.get(f"{_PREFIX}SCHEMA_REGISTRY_URL") or None
+        if (bootstrap is None) != (registry is None):
+            missing = "SCHEMA_REGISTRY_URL" if registry is None else "BOOTSTRAP_SERVERS"
+            raise SettingsError(
+                f"{_PREFIX}{missing} is unset while its partner is set: set both "
+                f"{_PREFIX}BOOTSTRAP_SERVERS and {_PREFIX}SCHEMA_REGISTRY_URL to use an external "
+                "cluster, or neither to use the embedded local stack"
+            )
+        ports = StackPorts(
+            kafka=_port(env, f"{_PREFIX}STACK_KAFKA_PORT", StackPorts.kafka),
+            controller=_port(env, f"{_PREFIX}STACK_CONTROLLER_PORT", StackPorts.controller),
+            registry=_port(env, f"{_PREFIX}STACK_REGISTRY_PORT", StackPorts.registry),
+        )
+        if len({ports.kafka, ports.controller, ports.registry}) != 3:
+            raise SettingsError(f"the local stack's ports must differ, got {ports}")
+        kafka_config = {
+            name[len(_KAFKA_PREFIX) :].lower().replace("_", "."): value
+            for name, value in env.items()
+            if name.startswith(_KAFKA_PREFIX)
+        }
+        return cls(home, lake, bootstrap, registry, ports, kafka_config)
+
+    @property
+    def uses_local_stack(self) -> bool:
+        """True when no external cluster is configured."""
+        return self.bootstrap_servers is None
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers to connect to: the external ones or the local broker's."""
+        return self.bootstrap_servers or f"127.0.0.1:{self.ports.kafka}"
+
+    @property
+    def registry_url(self) -> str:
+        """Confluent-compatible registry base URL: the external one or local Apicurio's."""
+        return self.schema_registry_url or (
+            f"http://127.0.0.1:{self.ports.registry}/apis/ccompat/v7"
+        )
+
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka configuration every client starts from (bootstrap + security pass-through)."""
+        return {"bootstrap.servers": self.kafka_bootstrap, **self.kafka_config}
+
+    def masked_kafka_config(self) -> dict[str, str]:
+        """The client configuration with secret values replaced by a mask, safe to print."""
+        return {k: MASK if is_secret(k) else v for k, v in self.kafka_client_config().items()}
+
+    def __repr__(self) -> str:
+        return (
+            f"Settings(home={str(self.home)!r}, lake={str(self.lake)!r}, "
+            f"bootstrap={self.kafka_bootstrap!r}, registry={self.registry_url!r}, "
+            f"local_stack={self.uses_local_stack}, kafka_config={self.masked_kafka_config()!r})"
+        )

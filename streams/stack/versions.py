@@ -1,0 +1,13 @@
+"""The one place that pins the local stack's versions (and the docker-compose images' tags).
+
+Apicurio 3.0.x is the newest line that runs on Java 17 (3.1+ is built for Java 21); it ships as
+a Quarkus legacy jar (`<artifact>-runner.jar` + `lib/`) rather than `quarkus-run.jar`.
+"""
+
+KAFKA_VERSION = "4.1.1"
+APICURIO_VERSION = "3.0.9"
+LOG4J_VERSION = "2.25.3"
+JAVA_MIN_MAJOR = 17
+
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"
+APICURIO_IMAGE = f"apicurio/apicurio-registry:{APICURIO_VERSION}"

@@ -1,0 +1,92 @@
+"""Every topic of DESIGN §3, declared once.
+
+All telemetry topics and `rewards` share one partition count and are keyed by `session_id`, so
+one session's events are co-partitioned for the joiner. Model topics have one partition: their
+consumers need one total order of versions and pointers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+CleanupPolicy = Literal["delete", "compact"]
+
+TELEMETRY_PARTITIONS = 4
+DAY_MS = 24 * 3600 * 1000
+FOREVER = -1  # retention.ms=-1: never deleted by time
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic's contract: its key, its value type and the settings it must have."""
+
+    name: str
+    key: str
+    value: str
+    partitions: int
+    cleanup_policy: CleanupPolicy = "delete"
+    retention_ms: int | None = 7 * DAY_MS  # None: leave the broker's default
+
+    def configs(self) -> dict[str, str]:
+        """Topic-level configuration to create it with and to check for drift."""
+        out: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
+        if self.retention_ms is not None:
+            out["retention.ms"] = str(self.retention_ms)
+        return out
+
+
+def _telemetry(name: str, value: str) -> TopicSpec:
+    return TopicSpec(name, "session_id", value, TELEMETRY_PARTITIONS)
+
+
+DLQ_STAGES = ("gateway", "joiner", "late", "sink", "features")
+
+
+def dlq_topic(stage: str) -> str:
+    """The dead-letter topic of a processing stage (`dlq.<stage>`)."""
+    return f"dlq.{stage}"
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    _telemetry("telemetry.suggestions", "SuggestionOffered"),
+    _telemetry("telemetry.outcomes", "SuggestionOutcome"),
+    _telemetry("telemetry.edits", "EditObserved"),
+    _telemetry("telemetry.tests", "TestRunCompleted"),
+    TopicSpec("rollouts.results", "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
+    TopicSpec(
+        "rewards", "session_id or group_id", "Reward", TELEMETRY_PARTITIONS,
+        retention_ms=30 * DAY_MS,
+    ),
+    TopicSpec(
+        "features.updates", "entity key", "FeatureUpdate", TELEMETRY_PARTITIONS,
+        cleanup_policy="compact", retention_ms=None,
+    ),
+    TopicSpec("models.versions", "model_name", "ModelVersionEvent", 1, retention_ms=FOREVER),
+    TopicSpec(
+        "models.channels", "model_name:channel", "ChannelPointer", 1,
+        cleanup_policy="compact", retention_ms=None,
+    ),
+    TopicSpec("models.acks", "replica_id", "ReplicaAck", 1),
+    *(
+        TopicSpec(
+            dlq_topic(stage), "original key", "original bytes + error headers", 1,
+            retention_ms=14 * DAY_MS,
+        )
+        for stage in DLQ_STAGES
+    ),
+)  # fmt: skip
+
+# Not in DESIGN §3: the stack's smoke check (`flywheel demo`, tests) round-trips an Avro probe
+# record through it, so the contract topics never carry test traffic.
+PROBE_TOPIC = TopicSpec("_flywheel.probe", "probe_id", "StackProbe", 1, "delete", DAY_MS)
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (*TOPICS, PROBE_TOPIC)
+
+
+def topic(name: str) -> TopicSpec:
+    """The declared spec of `name`; KeyError if it is not declared."""
+    for spec in ALL_TOPICS:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)

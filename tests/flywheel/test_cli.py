@@ -1,0 +1,44 @@
+import pytest
+from click.testing import CliRunner
+
+from flywheel.cli import cli
+
+
+def test_help_lists_the_commands() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("stack", "topics", "demo"):
+        assert command in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["stack", "--help"], ["stack", "up", "--help"], ["stack", "down", "--help"],
+     ["stack", "status", "--help"], ["topics", "create", "--help"], ["topics", "list", "--help"],
+     ["demo", "--help"]],
+)  # fmt: skip
+def test_every_command_has_help(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_configuration_error_is_one_line_with_the_fix_and_no_traceback() -> None:
+    result = CliRunner().invoke(
+        cli, ["stack", "status"], env={"FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092"}
+    )
+    assert result.exit_code == 1
+    assert "FLYWHEEL_SCHEMA_REGISTRY_URL" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_status_of_an_external_cluster_masks_secrets() -> None:
+    env = {
+        "FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092",
+        "FLYWHEEL_SCHEMA_REGISTRY_URL": "http://r:8081",
+        "FLYWHEEL_KAFKA_SASL_PASSWORD": "hunter2",
+    }
+    result = CliRunner().invoke(cli, ["stack", "status"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "no local stack is managed" in result.output
+    assert "hunter2" not in result.output

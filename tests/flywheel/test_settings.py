@@ -1,0 +1,68 @@
+from pathlib import Path
+
+import pytest
+
+from flywheel.settings import MASK, Settings, SettingsError
+
+
+def test_defaults_use_the_local_stack_under_dot_flywheel() -> None:
+    s = Settings.from_env({})
+    assert s.uses_local_stack
+    assert s.home == Path(".flywheel").absolute()
+    assert s.lake == s.home / "lake"
+    assert s.kafka_bootstrap == "127.0.0.1:9092"
+    assert s.registry_url == "http://127.0.0.1:8081/apis/ccompat/v7"
+
+
+def test_home_and_lake_move_with_their_variables(tmp_path: Path) -> None:
+    s = Settings.from_env({"FLYWHEEL_HOME": str(tmp_path / "h")})
+    assert s.lake == tmp_path / "h" / "lake"
+    s = Settings.from_env({"FLYWHEEL_HOME": str(tmp_path), "FLYWHEEL_LAKE": str(tmp_path / "l")})
+    assert s.lake == tmp_path / "l"
+
+
+def test_external_cluster_needs_both_endpoints() -> None:
+    s = Settings.from_env(
+        {"FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092", "FLYWHEEL_SCHEMA_REGISTRY_URL": "http://r:8081"}
+    )
+    assert not s.uses_local_stack
+    assert s.kafka_client_config()["bootstrap.servers"] == "k:9092"
+    assert s.registry_url == "http://r:8081"
+    with pytest.raises(SettingsError, match="FLYWHEEL_SCHEMA_REGISTRY_URL is unset"):
+        Settings.from_env({"FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092"})
+    with pytest.raises(SettingsError, match="FLYWHEEL_BOOTSTRAP_SERVERS is unset"):
+        Settings.from_env({"FLYWHEEL_SCHEMA_REGISTRY_URL": "http://r:8081"})
+
+
+@pytest.mark.parametrize("value", ["ninety", "0", "70000"])
+def test_bad_port_names_the_variable(value: str) -> None:
+    with pytest.raises(SettingsError, match="FLYWHEEL_STACK_KAFKA_PORT"):
+        Settings.from_env({"FLYWHEEL_STACK_KAFKA_PORT": value})
+
+
+def test_ports_must_differ() -> None:
+    with pytest.raises(SettingsError, match="must differ"):
+        Settings.from_env({"FLYWHEEL_STACK_REGISTRY_PORT": "9092"})
+
+
+def test_kafka_settings_pass_through_and_secrets_are_masked() -> None:
+    s = Settings.from_env(
+        {
+            "FLYWHEEL_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "FLYWHEEL_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "FLYWHEEL_KAFKA_SASL_PASSWORD": "hunter2",
+        }
+    )
+    config = s.kafka_client_config()
+    assert config["security.protocol"] == "SASL_SSL"
+    assert config["sasl.password"] == "hunter2"
+    assert s.masked_kafka_config()["sasl.password"] == MASK
+    assert s.masked_kafka_config()["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert "hunter2" not in repr(s)
+    assert "hunter2" not in str(s)
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings.from_env({})
+    with pytest.raises(AttributeError):
+        s.home = Path("/elsewhere")  # type: ignore[misc]

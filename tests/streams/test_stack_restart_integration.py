@@ -1,0 +1,60 @@
+"""`stack down` then `stack up` keeps topics, data and schemas; `up` is idempotent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from flywheel.cli import cli
+from flywheel.settings import Settings
+from streams.admin import TopicAdmin
+from streams.stack.local import LocalStack
+from streams.topics import TopicSpec
+from tests.conftest import ReadTopic
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_is_idempotent(stack: Settings) -> None:
+    if not stack.uses_local_stack:
+        pytest.skip("an external cluster is configured: there is no local stack to start")
+    assert LocalStack(stack.home, stack.ports).up() == []
+
+
+def test_down_then_up_keeps_topics_data_and_schemas(
+    stack: Settings, unique: str, read_topic: ReadTopic
+) -> None:
+    if not stack.uses_local_stack:
+        pytest.skip("an external cluster is configured: there is no local stack to restart")
+    admin = TopicAdmin(stack.kafka_client_config())
+    admin.ensure([TopicSpec(unique, "k", "v", 1)])
+    producer = Producer(stack.kafka_client_config())
+    producer.produce(unique, key=b"k", value=b"survives")
+    assert producer.flush(30) == 0
+    registry = SchemaRegistryClient({"url": stack.registry_url})
+    schema = json.dumps(
+        {"type": "record", "name": "Kept", "fields": [{"name": "a", "type": "int"}]}
+    )
+    schema_id = registry.register_schema(f"{unique}-value", Schema(schema, "AVRO"))
+
+    local = LocalStack(stack.home, stack.ports)
+    assert local.down() == ["registry", "kafka"]
+    assert not any(s.running for s in local.status())
+    assert sorted(local.up()) == ["kafka", "registry"]
+
+    assert unique in TopicAdmin(stack.kafka_client_config()).existing_partitions()
+    assert read_topic(unique, 1) == [(b"k", b"survives")]
+    fresh = SchemaRegistryClient({"url": stack.registry_url})  # no client-side cache
+    assert json.loads(fresh.get_schema(schema_id).schema_str)["name"] == "Kept"
+    assert fresh.get_latest_version(f"{unique}-value").schema_id == schema_id
+
+
+def test_demo_round_trips_an_event(stack: Settings) -> None:
+    result = CliRunner().invoke(cli, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "avro round trip" in result.output
+    assert "0 drifted" in result.output
