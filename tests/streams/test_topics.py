@@ -9,7 +9,8 @@ DESIGN_TABLE = {  # DESIGN §3: topic -> (key, value, cleanup)
     "telemetry.tests": ("session_id", "TestRunCompleted", "delete"),
     "rollouts.results": ("group_id", "RolloutResult", "delete"),
     "rewards": ("session_id or group_id", "Reward", "delete"),
-    "features.updates": ("entity key", "FeatureUpdate", "compact"),
+    # DESIGN says "entity key"; one compacted value per feature needs the feature in the key.
+    "features.updates": ("entity_type:entity_id:feature:window", "FeatureUpdate", "compact"),
     "models.versions": ("model_name", "ModelVersionEvent", "delete"),
     "models.channels": ("model_name:channel", "ChannelPointer", "compact"),
     "models.acks": ("replica_id", "ReplicaAck", "delete"),

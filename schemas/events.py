@@ -1,0 +1,290 @@
+"""Typed events: one frozen dataclass per schema in ``schemas/avro/``, fields in schema order.
+
+The ``.avsc`` files are the contract and document every field; these classes mirror them
+(``tests/schemas`` checks names, order, types and nullability, so they cannot drift). Convert
+with ``event.to_record()`` / ``SuggestionOffered.from_record(d)`` and write with
+``fastavro.schemaless_writer(out, parsed_schema(event.SCHEMA_NAME), event.to_record())``.
+
+Conventions: ids are strings; times are timezone-aware UTC datetimes with millisecond precision
+(``event_id`` and ``event_time`` default to a fresh UUID and now); Avro arrays are tuples and
+maps are mappings; nullable fields default to None. ``float`` arrays (``context``,
+``behaviour_logprobs``) are float32 on the wire, so a value comes back rounded to float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import ClassVar
+
+from schemas.enums import (
+    Channel,
+    Decision,
+    ModelEventType,
+    Outcome,
+    ReplicaState,
+    RewardSource,
+    SuggestionTrigger,
+)
+from schemas.records import AvroRecord, new_event_id, now_ms
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event(AvroRecord):
+    """The fields every event starts with (DESIGN §4); not an event by itself."""
+
+    SCHEMA_NAME: ClassVar[str] = ""
+
+    event_id: str = field(default_factory=new_event_id)
+    event_time: datetime = field(default_factory=now_ms)
+    producer: str  # "<component>/<instance>", e.g. "ide-sdk/c-5f1e9a2b"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SuggestionOffered(Event):
+    """One per suggestion request: context, decision and its propensity."""
+
+    SCHEMA_NAME: ClassVar[str] = "SuggestionOffered"
+
+    suggestion_id: str
+    request_id: str
+    session_id: str
+    user_id: str
+    repo_id: str
+    language: str
+    ide: str
+    trigger: SuggestionTrigger
+    model_name: str
+    model_version: int
+    decision: Decision
+    propensity: float
+    context: tuple[float, ...]
+    context_spec: str
+    suggestion_chars: int
+    suggestion_lines: int
+    latency_ms: int
+    privacy_mode: bool
+    suggestion_text: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SuggestionOutcome(Event):
+    """What the user did with a shown suggestion."""
+
+    SCHEMA_NAME: ClassVar[str] = "SuggestionOutcome"
+
+    suggestion_id: str
+    session_id: str
+    outcome: Outcome
+    accepted_chars: int
+    time_to_decision_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EditObserved(Event):
+    """An edit after an acceptance, for code-survival rewards."""
+
+    SCHEMA_NAME: ClassVar[str] = "EditObserved"
+
+    session_id: str
+    suggestion_id: str | None = None
+    chars_inserted: int
+    chars_deleted: int
+    accepted_chars_retained: int | None = None
+    elapsed_since_acceptance_ms: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TestRunCompleted(Event):
+    """A test run, with the suggestions the client attributes to it."""
+
+    SCHEMA_NAME: ClassVar[str] = "TestRunCompleted"
+    __test__: ClassVar[bool] = False  # its name starts with "Test"; pytest must not collect it
+
+    session_id: str
+    run_id: str
+    tests_passed: int
+    tests_failed: int
+    tests_errored: int
+    duration_ms: int
+    suggestion_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RolloutResult(Event):
+    """One agent trial; parallel trials of a task share ``group_id``."""
+
+    SCHEMA_NAME: ClassVar[str] = "RolloutResult"
+
+    rollout_id: str
+    task_id: str
+    group_id: str
+    model_name: str
+    model_version: int
+    prompt_tokens: int
+    completion_tokens: int
+    tool_calls: int
+    tests_passed: int
+    tests_total: int
+    reward_components: Mapping[str, float]
+    behaviour_logprobs: tuple[float, ...]
+    duration_ms: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reward(Event):
+    """A reward for a suggestion decision or a rollout; ``event_time`` is the source's."""
+
+    SCHEMA_NAME: ClassVar[str] = "Reward"
+
+    reward_id: str
+    source: RewardSource
+    source_id: str
+    session_id: str | None = None
+    group_id: str | None = None
+    model_name: str
+    model_version: int
+    decision: Decision | None = None
+    propensity: float | None = None
+    context: tuple[float, ...] | None = None
+    context_spec: str | None = None
+    language: str | None = None
+    ide: str | None = None
+    trigger: SuggestionTrigger | None = None
+    reward: float
+    reward_components: Mapping[str, float]
+    reward_fn: str
+    advantage: float | None = None
+    attributed_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FeatureUpdate(Event):
+    """The latest value of one (entity, feature, window) as of an event time."""
+
+    SCHEMA_NAME: ClassVar[str] = "FeatureUpdate"
+
+    entity_type: str
+    entity_id: str
+    feature_name: str
+    window: str
+    value: float | None = None
+    as_of: datetime
+    source_event_count: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LakeOffsetRange(AvroRecord):
+    """Offsets ``first``..``last`` (inclusive) of one topic partition in the lake."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingWindow(AvroRecord):
+    """The data a version was trained on."""
+
+    mds_dataset: str
+    mds_windows: tuple[str, ...]
+    lake_ranges: tuple[LakeOffsetRange, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelVersionEvent(Event):
+    """One step in a model version's life; ``ope_*`` are the off-policy gate's estimates."""
+
+    SCHEMA_NAME: ClassVar[str] = "ModelVersionEvent"
+
+    model_name: str
+    version: int
+    parent_version: int | None = None
+    event_type: ModelEventType
+    artifact_uri: str
+    artifact_sha256: str
+    training_window: TrainingWindow
+    reward_fn: str
+    metrics: Mapping[str, float]
+    ope_dr_value: float | None = None
+    ope_dr_lower: float | None = None
+    ope_dr_upper: float | None = None
+    ope_snips_value: float | None = None
+    ope_snips_lower: float | None = None
+    ope_snips_upper: float | None = None
+    ope_baseline_value: float | None = None
+    ope_confidence_level: float | None = None
+    ope_effective_sample_size: float | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChannelPointer(Event):
+    """Which version a channel serves, to what share of users, and where its artifact is."""
+
+    SCHEMA_NAME: ClassVar[str] = "ChannelPointer"
+
+    model_name: str
+    channel: Channel
+    version: int
+    traffic_fraction: float
+    artifact_uri: str
+    artifact_sha256: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReplicaAck(Event):
+    """A serving replica's state for a version it was asked to load."""
+
+    SCHEMA_NAME: ClassVar[str] = "ReplicaAck"
+
+    replica_id: str
+    model_name: str
+    version: int
+    state: ReplicaState
+    serving_version: int | None = None
+    error: str | None = None
+
+
+# Schema name → event class, for every schema in schemas/avro/.
+EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
+    {
+        cls.SCHEMA_NAME: cls
+        for cls in (
+            SuggestionOffered,
+            SuggestionOutcome,
+            EditObserved,
+            TestRunCompleted,
+            RolloutResult,
+            Reward,
+            FeatureUpdate,
+            ModelVersionEvent,
+            ChannelPointer,
+            ReplicaAck,
+        )
+    }
+)
+
+# Avro name → Python class, for every named type (events, nested records, enums).
+NAMED_TYPES: Mapping[str, type] = MappingProxyType(
+    {
+        **EVENT_TYPES,
+        "TrainingWindow": TrainingWindow,
+        "LakeOffsetRange": LakeOffsetRange,
+        **{
+            cls.__name__: cls
+            for cls in (
+                Decision,
+                SuggestionTrigger,
+                Outcome,
+                RewardSource,
+                ModelEventType,
+                Channel,
+                ReplicaState,
+            )
+        },
+    }
+)
