@@ -59,8 +59,8 @@ TOPICS: tuple[TopicSpec, ...] = (
         retention_ms=30 * DAY_MS,
     ),
     TopicSpec(
-        "features.updates", "entity_type:entity_id:feature:window", "FeatureUpdate", TELEMETRY_PARTITIONS,
-        cleanup_policy="compact", retention_ms=None,
+        "features.updates", "entity_type:entity_id:feature:window", "FeatureUpdate",
+        TELEMETRY_PARTITIONS, cleanup_policy="compact", retention_ms=None,
     ),
     TopicSpec("models.versions", "model_name", "ModelVersionEvent", 1, retention_ms=FOREVER),
     TopicSpec(
