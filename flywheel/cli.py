@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from flywheel.commands.demo import demo
+from flywheel.commands.gateway import gateway
+from flywheel.commands.simulate import simulate
 from flywheel.commands.stack import stack
 from flywheel.commands.topics import topics
 from flywheel.errors import FlywheelError
@@ -36,6 +38,8 @@ def cli() -> None:
 cli.add_command(stack)
 cli.add_command(topics)
 cli.add_command(demo)
+cli.add_command(gateway)
+cli.add_command(simulate)
 
 
 def main() -> None:

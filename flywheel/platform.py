@@ -6,16 +6,22 @@ from collections.abc import Callable
 
 from flywheel.settings import Settings
 from streams.admin import TopicAdmin, TopicReport
+from streams.serde import AvroCodec
 from streams.stack.local import LocalStack
 from streams.topics import ALL_TOPICS
 
 
 def ensure_infrastructure(settings: Settings, say: Callable[[str], None]) -> TopicReport:
-    """Start the local stack when no external cluster is configured, then create the topics.
+    """Start the local stack when no external cluster is configured, create the topics and
+    register the event schemas (BACKWARD_TRANSITIVE per subject).
 
-    Idempotent: a running stack is reused and existing topics are only checked for drift.
+    Idempotent: a running stack is reused, existing topics are only checked for drift, and
+    registering an unchanged schema is a no-op. Raises RegistryError if a schema is refused.
     """
     if settings.uses_local_stack:
         LocalStack(settings.home, settings.ports, say).up()
     say("creating topics")
-    return TopicAdmin(settings.kafka_client_config()).ensure(ALL_TOPICS)
+    report = TopicAdmin(settings.kafka_client_config()).ensure(ALL_TOPICS)
+    say("registering schemas")
+    AvroCodec.for_url(settings.registry_url).register_all()
+    return report

@@ -62,6 +62,7 @@ class Settings:
     schema_registry_url: str | None = None
     ports: StackPorts = StackPorts()
     kafka_config: Mapping[str, str] = field(default_factory=dict)
+    pseudonym_key: str | None = field(default=None, repr=False)  # secret: never printed
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -90,7 +91,8 @@ class Settings:
             for name, value in env.items()
             if name.startswith(_KAFKA_PREFIX)
         }
-        return cls(home, lake, bootstrap, registry, ports, kafka_config)
+        pseudonym_key = env.get(f"{_PREFIX}PSEUDONYM_KEY") or None
+        return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key)
 
     @property
     def uses_local_stack(self) -> bool:

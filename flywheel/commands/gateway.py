@@ -1,0 +1,151 @@
+"""`flywheel gateway serve|add-key|revoke-key|list-keys`: the HTTP ingestion gateway.
+
+The app is `streams.gateway.create_app` (docs/gateway.md); this module only wires it to the SDK,
+the key file under FLYWHEEL_HOME and uvicorn.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import click
+import uvicorn
+from rich.table import Table
+
+from flywheel.console import err, out
+from flywheel.settings import Settings
+from streams.gateway.errors import ListenError
+from streams.gateway.keys import ApiKeyStore, default_key_path
+from streams.gateway.parsing import GATEWAY_EVENT_TYPES
+
+
+def _store() -> ApiKeyStore:
+    return ApiKeyStore(default_key_path(Settings.from_env().home))
+
+
+@click.group()
+def gateway() -> None:
+    """Receive events over HTTP (POST /v1/events) and produce them through the SDK.
+
+    API keys live hashed in $FLYWHEEL_HOME/gateway/keys.json; see docs/gateway.md.
+    """
+
+
+@gateway.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8088, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--max-body-bytes",
+    default=1_048_576,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Largest request body; larger ones get 413.",
+)
+@click.option(
+    "--max-events",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Most events in one request; more get 413.",
+)
+def serve(host: str, port: int, max_body_bytes: int, max_events: int) -> None:
+    """Serve the gateway until Ctrl-C, then flush and close the SDK client.
+
+    Events the broker has not acknowledged by then are kept in the SDK's spool
+    ($FLYWHEEL_HOME/spool/gateway) and sent by the next `serve`.
+    """
+    # Imported here: the SDK pulls in the Kafka client, which the key commands do not need.
+    from flywheel.clients import telemetry_client
+    from streams.gateway.app import create_app
+
+    settings = Settings.from_env()
+    keys = ApiKeyStore(default_key_path(settings.home))
+    active = [r for r in keys.records() if not r.revoked]
+    if not active:
+        err.print(
+            "[yellow]no active API keys[/]: every request will get 401; "
+            "add one with `flywheel gateway add-key NAME`"
+        )
+    sock = _listen(host, port)  # before the client starts: a busy port fails fast and clearly
+    client = telemetry_client(settings, name="gateway")
+    app = create_app(client, keys, max_body_bytes=max_body_bytes, max_events=max_events)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
+    out.print(
+        f"[green]gateway[/] on http://{host}:{port} (POST /v1/events, GET /healthz, "
+        f"GET /metrics), {len(active)} active key(s), broker {settings.kafka_bootstrap}; "
+        "Ctrl-C to stop"
+    )
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
+    finally:
+        sock.close()
+        stats = client.close()
+        out.print(
+            f"gateway stopped: {stats.acked} event(s) acknowledged, {stats.spooled} spooled "
+            f"for the next start, {stats.failed} failed"
+        )
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, for uvicorn to listen on; ListenError naming the fix."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise ListenError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port or "
+            "--host, or stop the process using it"
+        ) from None
+    return sock
+
+
+@gateway.command("add-key")
+@click.argument("name")
+@click.option(
+    "--types",
+    "types",
+    multiple=True,
+    metavar="TYPE[,TYPE...]",
+    help=f"Event types the key may send (repeat or comma-separate). "
+    f"Default: all of {', '.join(GATEWAY_EVENT_TYPES)}.",
+)
+def add_key(name: str, types: tuple[str, ...]) -> None:
+    """Create API key NAME and print its secret (on stdout, once: only its hash is kept).
+
+    Events sent with it default to producer `gateway/NAME`.
+    """
+    wanted = [t.strip() for group in types for t in group.split(",") if t.strip()]
+    store = _store()
+    secret = store.add(name, wanted or None)
+    record = next(r for r in store.records() if r.name == name)
+    err.print(f"created key [bold]{name}[/] for {', '.join(record.event_types)}")
+    click.echo(secret)
+    err.print("Store the secret now: it is shown only this once.")
+
+
+@gateway.command("revoke-key")
+@click.argument("name")
+def revoke_key(name: str) -> None:
+    """Revoke API key NAME: requests with it get 403, also on a running gateway."""
+    _store().revoke(name)
+    out.print(f"revoked key [bold]{name}[/]")
+
+
+@gateway.command("list-keys")
+def list_keys() -> None:
+    """Show each API key's name, event types, creation time and state (never secrets)."""
+    store = _store()
+    records = store.records()
+    if not records:
+        out.print(f"no keys in {store.path}; add one with `flywheel gateway add-key NAME`")
+        return
+    table = Table("name", "event types", "created (UTC)", "state")
+    for r in records:
+        state = "[red]revoked[/]" if r.revoked else "[green]active[/]"
+        created = r.created_at.strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(r.name, ", ".join(r.event_types), created, state)
+    out.print(table)

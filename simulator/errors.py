@@ -1,0 +1,10 @@
+"""Errors the simulator raises on purpose."""
+
+from flywheel.errors import FlywheelError
+
+
+class SimulatorError(FlywheelError):
+    """A simulator configuration, policy or run request is invalid.
+
+    The message names the key, policy or argument at fault and what to change.
+    """

@@ -1,0 +1,250 @@
+"""`TelemetryClient`: the SDK IDE plug-ins and agents emit events through.
+
+Events are validated against their schema before anything is sent (a clear error names the
+field), made private at the source (ids pseudonymised, code text dropped in privacy mode and
+redacted otherwise), encoded once in the Confluent wire format and produced with an idempotent,
+`acks=all`, zstd-compressed, murmur2-partitioned producer, keyed per DESIGN §3.
+
+Nothing is lost on `close()` or when the broker is unreachable: events without an ack go to the
+local disk spool and are re-sent, in order, when the next client starts on the same spool. The
+log is at-least-once: an event whose ack was lost can appear twice, with the same `event_id`,
+which consumers deduplicate on (docs/sdk.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from schemas.events import (
+    EditObserved,
+    Event,
+    RolloutResult,
+    SuggestionOffered,
+    SuggestionOutcome,
+    TestRunCompleted,
+)
+from streams.privacy import Pseudonymizer, apply_privacy
+from streams.serde import AvroCodec, EventValidationError
+from streams.spool import Spool, SpooledEvent
+
+# Event type -> (topic, key field). Only what IDE clients and agents emit goes through the SDK.
+ROUTES: Mapping[type[Event], tuple[str, str]] = {
+    SuggestionOffered: ("telemetry.suggestions", "session_id"),
+    SuggestionOutcome: ("telemetry.outcomes", "session_id"),
+    EditObserved: ("telemetry.edits", "session_id"),
+    TestRunCompleted: ("telemetry.tests", "session_id"),
+    RolloutResult: ("rollouts.results", "group_id"),
+}
+
+_SPOOLED_ERRORS = {  # the broker may take these later; anything else is a permanent failure
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._PURGE_QUEUE,
+    KafkaError._PURGE_INFLIGHT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+}
+_QUEUE_FULL_WAIT_S = 1.0
+
+
+@dataclass
+class DeliveryStats:
+    """Delivery accounting since the client started."""
+
+    sent: int = 0  # handed to the producer (re-sent spooled events included)
+    acked: int = 0  # acknowledged by the broker
+    failed: int = 0  # refused for good (e.g. record too large, not authorised)
+    spooled: int = 0  # written to the disk spool for a later client
+    resent: int = 0  # taken from the spool at start
+
+
+class TelemetryClient:
+    """Sends telemetry and rollout events to Kafka; see the module docstring for guarantees.
+
+    Thread-safe. Use as a context manager, or call `close()`: it flushes for `close_timeout_s`
+    and spools whatever is still unacknowledged.
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, str],
+        codec: AvroCodec,
+        spool_dir: Path,
+        pseudonymizer: Pseudonymizer,
+        *,
+        linger_ms: int = 20,
+        delivery_timeout_ms: int = 120_000,
+        close_timeout_s: float = 10.0,
+    ) -> None:
+        self._codec = codec
+        self._pseudonymizer = pseudonymizer
+        self._close_timeout_s = close_timeout_s
+        self._spool = Spool(spool_dir)
+        self._producer = Producer(
+            {
+                **kafka_config,
+                "enable.idempotence": True,
+                "acks": "all",
+                "compression.type": "zstd",
+                "linger.ms": linger_ms,
+                "partitioner": "murmur2_random",
+                "message.timeout.ms": delivery_timeout_ms,
+            }
+        )
+        self.stats = DeliveryStats()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._unacked: dict[int, SpooledEvent] = {}  # seq -> event, until its delivery report
+        self._to_spool: list[tuple[int, SpooledEvent]] = []
+        self._closed = False
+        self._old_segments = self._resend_spool()
+
+    # One method per event kind, for IDE plug-ins and agents.
+    def suggestion_offered(self, event: SuggestionOffered) -> None:
+        self.send(event)
+
+    def suggestion_outcome(self, event: SuggestionOutcome) -> None:
+        self.send(event)
+
+    def edit_observed(self, event: EditObserved) -> None:
+        self.send(event)
+
+    def test_run_completed(self, event: TestRunCompleted) -> None:
+        self.send(event)
+
+    def rollout_result(self, event: RolloutResult) -> None:
+        self.send(event)
+
+    def send(self, event: Event) -> None:
+        """Validate, privatise, encode and enqueue `event`; it is sent in the background.
+
+        Raises EventValidationError (nothing is sent) when the event does not match its schema
+        or is of a kind the SDK does not emit.
+        """
+        route = ROUTES.get(type(event))
+        if route is None:
+            raise EventValidationError(
+                f"{type(event).__name__} is not emitted by clients; the SDK sends "
+                f"{', '.join(t.__name__ for t in ROUTES)}"
+            )
+        topic, key_field = route
+        record = event.to_record()
+        if isinstance(event, SuggestionOffered):
+            self._privatise(record)
+        value = self._codec.encode(topic, record)
+        key = str(record[key_field]).encode()
+        self._enqueue(SpooledEvent(topic, key, value, event.event_id))
+
+    def _privatise(self, offered: dict[str, Any]) -> None:
+        """Pseudonymise ids and drop or redact code text, in the record about to be encoded."""
+        offered["user_id"] = self._pseudonymizer.pseudonym("user", offered["user_id"])
+        offered["repo_id"] = self._pseudonymizer.pseudonym("repo", offered["repo_id"])
+        offered["suggestion_text"] = apply_privacy(
+            offered["suggestion_text"], offered["privacy_mode"]
+        )
+
+    def _enqueue(self, event: SpooledEvent) -> None:
+        if self._closed:
+            raise RuntimeError("the TelemetryClient is closed")
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._unacked[seq] = event
+            self.stats.sent += 1
+        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
+        while True:
+            try:
+                self._producer.produce(
+                    event.topic, event.value, event.key, on_delivery=partial(self._delivered, seq)
+                )
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                if time.monotonic() > deadline:
+                    self._fail_to_spool(seq)
+                    break
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def _delivered(self, seq: int, error: KafkaError | None, _message: Message) -> None:
+        with self._lock:
+            event = self._unacked.pop(seq, None)
+            if event is None:
+                return
+            if error is None:
+                self.stats.acked += 1
+            elif error.code() in _SPOOLED_ERRORS or error.retriable():
+                self._to_spool.append((seq, event))
+            else:
+                self.stats.failed += 1
+
+    def _fail_to_spool(self, seq: int) -> None:
+        with self._lock:
+            event = self._unacked.pop(seq, None)
+            if event is not None:
+                self._to_spool.append((seq, event))
+
+    @property
+    def closed(self) -> bool:
+        """True after `close()`: the gateway's health check reports it."""
+        return self._closed
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait up to `timeout_s` for acks; returns how many events are still in flight.
+
+        Events that failed with a retriable error are written to the spool here.
+        """
+        self._producer.flush(timeout_s)
+        with self._lock:
+            failed, self._to_spool = sorted(self._to_spool), []
+            pending = len(self._unacked)
+        # Events the broker did not take in time are made durable now, not kept in memory.
+        if self._spool.write(event for _, event in failed) is not None:
+            self.stats.spooled += len(failed)
+        if pending == 0:
+            self._forget_old_segments()
+        return pending
+
+    def close(self) -> DeliveryStats:
+        """Flush, then spool every unacknowledged event for the next client. Idempotent."""
+        if self._closed:
+            return self.stats
+        self.flush(self._close_timeout_s)
+        self._closed = True
+        self._producer.purge(in_queue=True, in_flight=True, blocking=True)
+        self._producer.flush(0)  # serves the purge's delivery reports
+        with self._lock:
+            leftover = sorted(self._to_spool + list(self._unacked.items()))
+            self._to_spool.clear()
+            self._unacked.clear()
+        if self._spool.write(event for _, event in leftover) is not None:
+            self.stats.spooled += len(leftover)
+        self._forget_old_segments()  # their unacked events are in the new segment now
+        self._spool.close()
+        return self.stats
+
+    def _resend_spool(self) -> list[Path]:
+        segments = self._spool.segments()
+        for segment in segments:
+            for event in self._spool.read(segment):
+                self.stats.resent += 1
+                self._enqueue(event)
+        return segments
+
+    def _forget_old_segments(self) -> None:
+        for segment in self._old_segments:
+            self._spool.remove(segment)
+        self._old_segments = []
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()

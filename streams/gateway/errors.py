@@ -1,0 +1,59 @@
+"""Errors of the HTTP ingestion gateway.
+
+`RequestRefused` subclasses carry the HTTP status a whole request is answered with;
+`EventRefused` refuses one event of a batch (the rest of the batch goes on); `KeyStoreError` is a
+user error of key management (the CLI prints it with its fix).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from flywheel.errors import FlywheelError
+
+# Why one event was refused; also the `reason` label of the refusal metric (a bounded set).
+ReasonCode = Literal["malformed", "unknown_type", "invalid", "forbidden", "unavailable", "internal"]
+
+
+class GatewayError(FlywheelError):
+    """Root of the gateway's errors."""
+
+
+class RequestRefused(GatewayError):
+    """The whole request is refused with `status`; the message is the client-facing reason."""
+
+    status: int = 400
+
+
+class MalformedBody(RequestRefused):
+    """The body is not JSON / NDJSON of event objects (400)."""
+
+    status = 400
+
+
+class BodyTooLarge(RequestRefused):
+    """The body or its event count exceeds the gateway's limit (413)."""
+
+    status = 413
+
+
+class UnsupportedMediaType(RequestRefused):
+    """The Content-Type or Content-Encoding is not one the gateway reads (415)."""
+
+    status = 415
+
+
+class EventRefused(GatewayError):
+    """One event cannot be accepted; `code` classifies why, the message says what to fix."""
+
+    def __init__(self, code: ReasonCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ReasonCode = code
+
+
+class KeyStoreError(GatewayError):
+    """The API key file is unreadable, or a key operation names a key wrongly."""
+
+
+class ListenError(GatewayError):
+    """The gateway cannot listen on the host and port it was given."""

@@ -1,0 +1,177 @@
+"""Avro in the Confluent wire format for the platform's topics, through a schema registry.
+
+Wire format: magic byte 0, the schema id as a 4-byte big-endian int, then the Avro binary body.
+Schemas are registered once per topic (subject `<topic>-value`, BACKWARD_TRANSITIVE) and ids are
+cached, so encoding and decoding make no per-message registry call. Each schema is parsed once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import fastavro
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from fastavro.validation import ValidationError, validate
+
+from flywheel.errors import FlywheelError
+from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_text, subject_for
+from schemas.events import Event
+
+MAGIC_BYTE = 0
+HEADER = struct.Struct(">bI")  # magic byte, schema id
+COMPATIBILITY = "BACKWARD_TRANSITIVE"
+
+
+class RegistryError(FlywheelError):
+    """The registry is unreachable or refused a schema; the message names the fix."""
+
+
+class EventValidationError(FlywheelError):
+    """An event does not match its schema; the message names the offending field(s)."""
+
+
+class DecodeError(FlywheelError):
+    """Bytes that are not a decodable record of the topic. `cause` is a stable short code:
+    `bad_magic`, `truncated`, `unknown_schema`, `schema_mismatch` or `invalid_body`."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def schema_id_of(data: bytes) -> int:
+    """The schema id in a wire-format message's header; DecodeError if there is none."""
+    if len(data) < HEADER.size:
+        raise DecodeError("truncated", f"{len(data)} bytes is shorter than the 5-byte header")
+    magic, schema_id = HEADER.unpack_from(data)
+    if magic != MAGIC_BYTE:
+        raise DecodeError("bad_magic", f"magic byte is {magic}, not {MAGIC_BYTE}")
+    return int(schema_id)
+
+
+class AvroCodec:
+    """Encodes and decodes the platform's events for their topics.
+
+    The reader schema is always the platform's current one; records written with an older
+    (compatible) schema are resolved to it, and the writer schema is fetched once per id.
+    """
+
+    def __init__(self, registry: SchemaRegistryClient) -> None:
+        self._registry = registry
+        self._ids: dict[str, int] = {}  # topic -> id of the current schema
+        self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema
+
+    @classmethod
+    def for_url(cls, registry_url: str, config: Mapping[str, str] | None = None) -> AvroCodec:
+        return cls(SchemaRegistryClient({"url": registry_url, **(config or {})}))
+
+    def register(self, topic: str) -> int:
+        """Register the topic's current value schema (idempotent); returns its id."""
+        if topic in self._ids:
+            return self._ids[topic]
+        name = _schema_name(topic)
+        subject = subject_for(topic)
+        try:
+            self._registry.set_compatibility(subject, COMPATIBILITY)
+            schema_id = int(
+                self._registry.register_schema(subject, Schema(schema_text(name), "AVRO"))
+            )
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 409:
+                raise RegistryError(
+                    f"the registry refused {name} for subject {subject}: it is not "
+                    f"{COMPATIBILITY}-compatible with the versions registered there. Evolve "
+                    "the schema compatibly (new fields need defaults) or use a new subject."
+                ) from exc
+            raise RegistryError(f"registering {name} under {subject} failed: {exc}") from exc
+        except Exception as exc:  # transport errors surface as requests/httpx exceptions
+            raise RegistryError(
+                f"cannot reach the schema registry to register {subject}: {exc}; "
+                "check FLYWHEEL_SCHEMA_REGISTRY_URL or run `flywheel stack up`"
+            ) from exc
+        self._ids[topic] = schema_id
+        self._writers[schema_id] = parsed_schema(name)
+        return schema_id
+
+    def register_all(self) -> dict[str, int]:
+        """Register every topic's value schema; returns topic -> schema id."""
+        return {topic: self.register(topic) for topic in TOPIC_VALUE_SCHEMAS}
+
+    def encode(self, topic: str, record: Mapping[str, Any]) -> bytes:
+        """Wire-format bytes of `record` for `topic`.
+
+        Raises EventValidationError naming each field that does not match the schema. The
+        writer checks types as it writes; only a record it refuses pays for the full validation
+        that names the fields (validating every record up front costs more than encoding it).
+        """
+        schema_id = self.register(topic)
+        schema = self._writers[schema_id]
+        out = io.BytesIO()
+        out.write(HEADER.pack(MAGIC_BYTE, schema_id))
+        try:
+            fastavro.schemaless_writer(out, schema, record)
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+            try:
+                validate(record, schema, raise_errors=True)
+            except ValidationError as invalid:
+                raise EventValidationError(
+                    f"invalid {_schema_name(topic)}: " + "; ".join(str(e) for e in invalid.errors)
+                ) from None
+            raise EventValidationError(f"invalid {_schema_name(topic)}: {exc}") from None
+        return out.getvalue()
+
+    def encode_event(self, topic: str, event: Event) -> bytes:
+        return self.encode(topic, event.to_record())
+
+    def decode(self, topic: str, data: bytes) -> dict[str, Any]:
+        """The record in `data`, read with the topic's current schema. DecodeError otherwise."""
+        schema_id = schema_id_of(data)
+        reader_id = self.register(topic)
+        writer = self._writer(schema_id)
+        reader = None if schema_id == reader_id else self._writers[reader_id]
+        body = io.BytesIO(data)
+        body.seek(HEADER.size)
+        try:
+            record = fastavro.schemaless_reader(body, writer, reader)
+        except fastavro.read.SchemaResolutionError as exc:
+            raise DecodeError(
+                "schema_mismatch", f"schema {schema_id} cannot be read as {topic}'s: {exc}"
+            ) from None
+        except Exception as exc:  # fastavro raises EOFError, ValueError, ... on a bad body
+            raise DecodeError(
+                "invalid_body", f"body does not decode with schema {schema_id}: {exc!r}"
+            ) from None
+        if body.tell() != len(data):
+            raise DecodeError(
+                "invalid_body", f"{len(data) - body.tell()} trailing bytes after the record"
+            )
+        if not isinstance(record, dict):
+            raise DecodeError("schema_mismatch", f"schema {schema_id} is not a record schema")
+        return record
+
+    def _writer(self, schema_id: int) -> Any:
+        if schema_id not in self._writers:
+            try:
+                schema = self._registry.get_schema(schema_id)
+            except SchemaRegistryError as exc:
+                if exc.http_status_code == 404:
+                    raise DecodeError("unknown_schema", f"no schema with id {schema_id}") from None
+                raise RegistryError(f"fetching schema {schema_id} failed: {exc}") from exc
+            if schema.schema_type not in (None, "AVRO") or schema.schema_str is None:
+                raise DecodeError("schema_mismatch", f"schema {schema_id} is {schema.schema_type}")
+            self._writers[schema_id] = fastavro.parse_schema(json.loads(schema.schema_str))
+        return self._writers[schema_id]
+
+
+def _schema_name(topic: str) -> str:
+    try:
+        return TOPIC_VALUE_SCHEMAS[topic]
+    except KeyError:
+        raise EventValidationError(
+            f"topic {topic!r} carries no platform event; known: {sorted(TOPIC_VALUE_SCHEMAS)}"
+        ) from None

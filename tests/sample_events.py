@@ -1,0 +1,58 @@
+"""Small valid events for tests of the Kafka path (one per kind the SDK emits)."""
+
+from __future__ import annotations
+
+import uuid
+
+from schemas.enums import Decision, Outcome, SuggestionTrigger
+from schemas.events import (
+    EditObserved,
+    Event,
+    RolloutResult,
+    SuggestionOffered,
+    SuggestionOutcome,
+    TestRunCompleted,
+)
+
+PRODUCER = "tests/sample"
+
+
+def offered(session: str = "s-1", **overrides: object) -> SuggestionOffered:
+    fields: dict[str, object] = {
+        "producer": PRODUCER, "suggestion_id": str(uuid.uuid4()), "request_id": "r-1",
+        "session_id": session, "user_id": "user-1", "repo_id": "repo-1", "language": "python",
+        "ide": "vscode", "trigger": SuggestionTrigger.AUTOMATIC, "model_name": "gate",
+        "model_version": 0, "decision": Decision.SHOWN, "propensity": 0.9,
+        "context": (0.5, -1.0, 2.0), "context_spec": "ctx@1", "suggestion_chars": 42,
+        "suggestion_lines": 2, "latency_ms": 80, "privacy_mode": False,
+        "suggestion_text": "return a + b\n",
+    }  # fmt: skip
+    fields.update(overrides)
+    return SuggestionOffered(**fields)  # type: ignore[arg-type]  # overrides are test-chosen
+
+
+def one_of_each(session: str = "s-1") -> list[Event]:
+    first = offered(session)
+    return [
+        first,
+        SuggestionOutcome(
+            producer=PRODUCER, suggestion_id=first.suggestion_id, session_id=session,
+            outcome=Outcome.ACCEPTED, accepted_chars=42, time_to_decision_ms=900,
+        ),
+        EditObserved(
+            producer=PRODUCER, session_id=session, suggestion_id=first.suggestion_id,
+            chars_inserted=3, chars_deleted=1, accepted_chars_retained=40,
+            elapsed_since_acceptance_ms=30_000,
+        ),
+        TestRunCompleted(
+            producer=PRODUCER, session_id=session, run_id="run-1", tests_passed=9,
+            tests_failed=1, tests_errored=0, duration_ms=1200,
+            suggestion_ids=(first.suggestion_id,),
+        ),
+        RolloutResult(
+            producer=PRODUCER, rollout_id="ro-1", task_id="t-1", group_id="g-1",
+            model_name="agent", model_version=3, prompt_tokens=100, completion_tokens=50,
+            tool_calls=2, tests_passed=3, tests_total=4, reward_components={"tests": 0.75},
+            behaviour_logprobs=(-0.5, -1.25), duration_ms=5000,
+        ),
+    ]  # fmt: skip
