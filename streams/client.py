@@ -6,9 +6,9 @@ redacted otherwise), encoded once in the Confluent wire format and produced with
 `acks=all`, zstd-compressed, murmur2-partitioned producer, keyed per DESIGN §3.
 
 Nothing is lost on `close()` or when the broker is unreachable: events without an ack go to the
-local disk spool and are re-sent, in order, when the next client starts on the same spool. The
-log is at-least-once: an event whose ack was lost can appear twice, with the same `event_id`,
-which consumers deduplicate on (docs/sdk.md).
+local disk spool and are re-sent, in order per key, when the next client starts on the same
+spool. The log is at-least-once: an event whose ack was lost can appear twice, with the same
+`event_id`, which consumers deduplicate on (docs/sdk.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ _SPOOLED_ERRORS = {  # the broker may take these later; anything else is a perma
     KafkaError._TIMED_OUT,
 }
 _QUEUE_FULL_WAIT_S = 1.0
+_POLL_EVERY = 64
 
 
 @dataclass
@@ -101,9 +101,9 @@ class TelemetryClient:
         )
         self.stats = DeliveryStats()
         self._lock = threading.Lock()
-        self._seq = 0
-        self._unacked: dict[int, SpooledEvent] = {}  # seq -> event, until its delivery report
-        self._to_spool: list[tuple[int, SpooledEvent]] = []
+        # Filled by delivery reports (in queue order per partition); no per-event bookkeeping
+        # on the hot path: a failed report carries the topic, key and bytes to spool.
+        self._to_spool: list[SpooledEvent] = []
         self._closed = False
         self._old_segments = self._resend_spool()
 
@@ -141,7 +141,7 @@ class TelemetryClient:
             self._privatise(record)
         value = self._codec.encode(topic, record)
         key = str(record[key_field]).encode()
-        self._enqueue(SpooledEvent(topic, key, value, event.event_id))
+        self._enqueue(SpooledEvent(topic, key, value))
 
     def _privatise(self, offered: dict[str, Any]) -> None:
         """Pseudonymise ids and drop or redact code text, in the record about to be encoded."""
@@ -155,41 +155,36 @@ class TelemetryClient:
         if self._closed:
             raise RuntimeError("the TelemetryClient is closed")
         with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self._unacked[seq] = event
             self.stats.sent += 1
+            sent = self.stats.sent
         deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
         while True:
             try:
                 self._producer.produce(
-                    event.topic, event.value, event.key, on_delivery=partial(self._delivered, seq)
+                    event.topic, event.value, event.key, on_delivery=self._delivered
                 )
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry
-                if time.monotonic() > deadline:
-                    self._fail_to_spool(seq)
+                if time.monotonic() > deadline:  # the broker is not taking events: spool it
+                    with self._lock:
+                        self._to_spool.append(event)
                     break
                 self._producer.poll(0.05)
-        self._producer.poll(0)
+        if sent % _POLL_EVERY == 0:  # serve delivery reports in batches, not per event
+            self._producer.poll(0)
 
-    def _delivered(self, seq: int, error: KafkaError | None, _message: Message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
         with self._lock:
-            event = self._unacked.pop(seq, None)
-            if event is None:
-                return
             if error is None:
                 self.stats.acked += 1
             elif error.code() in _SPOOLED_ERRORS or error.retriable():
-                self._to_spool.append((seq, event))
+                self._to_spool.append(
+                    SpooledEvent(
+                        message.topic() or "", message.key() or b"", message.value() or b""
+                    )
+                )
             else:
                 self.stats.failed += 1
-
-    def _fail_to_spool(self, seq: int) -> None:
-        with self._lock:
-            event = self._unacked.pop(seq, None)
-            if event is not None:
-                self._to_spool.append((seq, event))
 
     @property
     def closed(self) -> bool:
@@ -203,10 +198,10 @@ class TelemetryClient:
         """
         self._producer.flush(timeout_s)
         with self._lock:
-            failed, self._to_spool = sorted(self._to_spool), []
-            pending = len(self._unacked)
+            failed, self._to_spool = self._to_spool, []
+        pending = len(self._producer)  # still queued or in flight
         # Events the broker did not take in time are made durable now, not kept in memory.
-        if self._spool.write(event for _, event in failed) is not None:
+        if self._spool.write(failed) is not None:
             self.stats.spooled += len(failed)
         if pending == 0:
             self._forget_old_segments()
@@ -221,10 +216,8 @@ class TelemetryClient:
         self._producer.purge(in_queue=True, in_flight=True, blocking=True)
         self._producer.flush(0)  # serves the purge's delivery reports
         with self._lock:
-            leftover = sorted(self._to_spool + list(self._unacked.items()))
-            self._to_spool.clear()
-            self._unacked.clear()
-        if self._spool.write(event for _, event in leftover) is not None:
+            leftover, self._to_spool = self._to_spool, []
+        if self._spool.write(leftover) is not None:
             self.stats.spooled += len(leftover)
         self._forget_old_segments()  # their unacked events are in the new segment now
         self._spool.close()

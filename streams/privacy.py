@@ -32,6 +32,9 @@ class PrivacyError(FlywheelError):
     """Privacy cannot be applied as configured (e.g. no pseudonymisation key); names the fix."""
 
 
+_CACHE_LIMIT = 65_536
+
+
 class Pseudonymizer:
     """Keyed, deterministic pseudonyms for ids: `user:<32 hex>`, `repo:<32 hex>`.
 
@@ -40,7 +43,7 @@ class Pseudonymizer:
     kind, and cannot be reversed or recomputed without the key.
     """
 
-    __slots__ = ("_mac", "_pseudonymised")
+    __slots__ = ("_cache", "_mac", "_pseudonymised")
 
     def __init__(self, key: bytes) -> None:
         """Raises `PrivacyError` when `key` is shorter than `MIN_KEY_BYTES` (empty included)."""
@@ -49,6 +52,8 @@ class Pseudonymizer:
             raise PrivacyError(f"the pseudonymisation key is {what}: {_KEY_FIX}")
         self._mac = hmac.new(bytes(key), digestmod=hashlib.sha256)
         self._pseudonymised: dict[str, re.Pattern[str]] = {}
+        # Clients see few distinct users and repos: memoise the HMACs (bounded, cleared at the cap).
+        self._cache: dict[tuple[str, str], str] = {}
 
     @classmethod
     def from_secret(cls, text: str) -> Pseudonymizer:
@@ -68,6 +73,9 @@ class Pseudonymizer:
 
         Raises `PrivacyError` when `kind` is not a lowercase name (`user`, `repo`, `org_unit`).
         """
+        cached = self._cache.get((kind, raw_id))
+        if cached is not None:
+            return cached
         if not _KIND.fullmatch(kind):
             raise PrivacyError(f"pseudonym kind {kind!r} must be a lowercase name like 'user'")
         pattern = self._pseudonymised.get(kind)
@@ -77,7 +85,11 @@ class Pseudonymizer:
             return raw_id
         mac = self._mac.copy()  # the keyed state is computed once; copying it is cheap
         mac.update(f"{kind}\0{raw_id}".encode("utf-8", "surrogatepass"))
-        return f"{kind}:{mac.digest()[:PSEUDONYM_BYTES].hex()}"
+        pseudonym = f"{kind}:{mac.digest()[:PSEUDONYM_BYTES].hex()}"
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[(kind, raw_id)] = pseudonym
+        return pseudonym
 
     def __repr__(self) -> str:
         return "Pseudonymizer(key=***)"

@@ -21,7 +21,7 @@ from flywheel.errors import FlywheelError
 
 _LENGTH = struct.Struct(">I")
 _SUFFIX = ".spool"
-_MAGIC = b"FWSPOOL1"
+_MAGIC = b"FWSPOOL1"  # then per event: topic, key, value, each length-prefixed
 
 
 class SpoolError(FlywheelError):
@@ -35,7 +35,6 @@ class SpooledEvent:
     topic: str
     key: bytes
     value: bytes
-    event_id: str
 
 
 class Spool:
@@ -71,19 +70,19 @@ class Spool:
         pos = len(_MAGIC)
         while pos < len(data):
             fields = []
-            for _ in range(4):
+            for _ in range(3):
                 (size,) = _LENGTH.unpack_from(data, pos)
                 pos += _LENGTH.size
                 fields.append(data[pos : pos + size])
                 pos += size
-            yield SpooledEvent(fields[0].decode(), fields[1], fields[2], fields[3].decode())
+            yield SpooledEvent(fields[0].decode(), fields[1], fields[2])
 
     def write(self, events: Iterable[SpooledEvent]) -> Path | None:
         """Persist `events` (in order) as a new segment; None when there are none."""
         chunks = [_MAGIC]
         count = 0
         for e in events:
-            for field in (e.topic.encode(), e.key, e.value, e.event_id.encode()):
+            for field in (e.topic.encode(), e.key, e.value):
                 chunks += [_LENGTH.pack(len(field)), field]
             count += 1
         if count == 0:

@@ -7,7 +7,7 @@ from streams.spool import Spool, SpooledEvent, SpoolError
 
 def _events(n: int, start: int = 0) -> list[SpooledEvent]:
     return [
-        SpooledEvent("telemetry.edits", b"s-%d" % i, b"\x00value-%d" % i, f"e-{i}")
+        SpooledEvent("telemetry.edits", b"s-%d" % i, b"\x00value-%d" % i)
         for i in range(start, start + n)
     ]
 
