@@ -18,7 +18,7 @@ from schemas.events import Event
 from streams.client import ROUTES
 from streams.serde import EventValidationError
 from streams.stack.local import LocalStack
-from tests.readback import read_events
+from tests.readback import end_offsets, read_events
 from tests.sample_events import offered, one_of_each
 
 pytestmark = pytest.mark.integration
@@ -31,16 +31,21 @@ def _client(stack: Settings, tmp_path: Path, **options: Any) -> Any:
 def test_every_kind_round_trips_keyed_as_designed(stack: Settings, tmp_path: Path) -> None:
     session = f"s-{uuid.uuid4()}"
     sent = one_of_each(session)
+    topics = sorted({topic for topic, _ in ROUTES.values()})
+    since = end_offsets(stack, topics)
     with _client(stack, tmp_path) as client:
         for event in sent:
             client.send(event)
         assert client.flush(30) == 0
         assert client.stats.acked == len(sent)
+    found = {str(r.record["event_id"]): r for r in read_events(
+        stack, topics, [e.event_id for e in sent], since)}  # fmt: skip
     for event in sent:
         topic, key_field = ROUTES[type(event)]
-        [(key, _, record)] = read_events(stack, topic, [event.event_id])
-        assert key == str(getattr(event, key_field)).encode()
-        back = type(event).from_record(record)
+        read = found[event.event_id]
+        assert read.topic == topic
+        assert read.key == str(getattr(event, key_field)).encode()
+        back = type(event).from_record(read.record)
         if event is sent[0]:  # ids are pseudonymised at the source, nothing else changes
             assert back.user_id.startswith("user:")  # type: ignore[attr-defined]
             assert back.repo_id.startswith("repo:")  # type: ignore[attr-defined]
@@ -53,12 +58,16 @@ def test_privacy_no_secret_or_code_leaves_the_process(stack: Settings, tmp_path:
     aws_key = "AKIA" + "Q" * 16
     private = offered(privacy_mode=True, suggestion_text=f"x = '{canary}'\n", user_id=canary)
     redacted = offered(suggestion_text=f'aws_access_key_id = "{aws_key}"\nprint(1)\n')
+    since = end_offsets(stack, ["telemetry.suggestions"])
     with _client(stack, tmp_path) as client:
         client.send(private)
         client.send(redacted)
         assert client.flush(30) == 0
-    found = {r["event_id"]: r for _, _, r in read_events(
-        stack, "telemetry.suggestions", [private.event_id, redacted.event_id])}  # fmt: skip
+    wanted = [private.event_id, redacted.event_id]
+    found = {
+        r.record["event_id"]: r.record
+        for r in read_events(stack, ["telemetry.suggestions"], wanted, since)
+    }
     assert found[uuid.UUID(private.event_id)]["suggestion_text"] is None
     assert canary not in repr(found[uuid.UUID(private.event_id)])
     text = found[uuid.UUID(redacted.event_id)]["suggestion_text"]
@@ -88,6 +97,7 @@ def test_events_survive_a_dead_broker_through_the_spool(stack: Settings, tmp_pat
         pytest.skip("needs the local stack: the test kills its broker")
     session = f"s-{uuid.uuid4()}"
     events = [dataclasses.replace(offered(session), request_id=f"r-{i}") for i in range(400)]
+    since = end_offsets(stack, ["telemetry.suggestions"])
     client = _client(stack, tmp_path, close_timeout_s=2.0)
     for event in events[:150]:
         client.send(event)
@@ -105,6 +115,6 @@ def test_events_survive_a_dead_broker_through_the_spool(stack: Settings, tmp_pat
         assert resender.flush(60) == 0
         assert resender.stats.acked == 250
     assert not list((tmp_path / "spool").glob("*.spool"))  # the spool is empty again
-    found = read_events(stack, "telemetry.suggestions", [e.event_id for e in events])
-    received = [str(record["event_id"]) for _, _, record in found]
+    found = read_events(stack, ["telemetry.suggestions"], [e.event_id for e in events], since)
+    received = [str(r.record["event_id"]) for r in found]
     assert received == [e.event_id for e in events]  # each once, in send order (one partition)

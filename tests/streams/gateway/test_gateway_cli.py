@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from flywheel.cli import cli
-from flywheel.commands.gateway import gateway
 from streams.gateway.keys import ApiKeyStore, default_key_path
-
-
-@pytest.fixture(autouse=True)
-def registered() -> Iterator[None]:
-    """`gateway` under the real `flywheel` group (whose error handling the tests rely on),
-    whether or not flywheel/cli.py registers it yet."""
-    added = "gateway" not in cli.commands
-    if added:
-        cli.add_command(gateway)
-    yield
-    if added:
-        cli.commands.pop("gateway")
 
 
 @pytest.fixture

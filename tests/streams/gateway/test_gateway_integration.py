@@ -18,10 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 from starlette.testclient import TestClient
 
 from flywheel.clients import telemetry_client
@@ -30,43 +26,22 @@ from schemas.events import EVENT_TYPES, Event, SuggestionOffered
 from streams.client import ROUTES
 from streams.gateway.app import create_app
 from streams.gateway.keys import ApiKeyStore, default_key_path
+from tests.readback import Offsets, end_offsets, read_events
 from tests.sample_events import one_of_each
 
 pytestmark = pytest.mark.integration
 TOPICS = sorted({topic for topic, _ in ROUTES.values()})
 
 
-def read_back(settings: Settings, event_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """event_id -> record of the wanted events in the SDK's topics, read from the beginning of
-    every partition up to its end offset with the stock AvroDeserializer (topics are shared:
-    other tests' records are skipped by event_id)."""
-    wanted = set(event_ids)
-    deserialize = AvroDeserializer(SchemaRegistryClient({"url": settings.registry_url}))
-    consumer = Consumer({**settings.kafka_client_config(), "group.id": f"gw-{uuid.uuid4()}"})
-    ends: dict[tuple[str, int], int] = {}
-    for name in TOPICS:
-        for p in consumer.list_topics(name, timeout=10).topics[name].partitions:
-            ends[name, p] = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1]
-    consumer.assign([TopicPartition(t, p, 0) for (t, p) in ends])
-    pending = {tp for tp, end in ends.items() if end > 0}
-    found: dict[str, dict[str, Any]] = {}
-    deadline = time.monotonic() + 30
-    try:
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            if topic is None or partition is None or offset is None:
-                continue
-            record = deserialize(msg.value(), SerializationContext(topic, MessageField.VALUE))
-            if str(record["event_id"]) in wanted:
-                found[str(record["event_id"])] = {"_topic": topic, **record}
-            if offset + 1 >= ends[topic, partition]:
-                pending.discard((topic, partition))
-    finally:
-        consumer.close()
-    return found
+def read_back(
+    settings: Settings, event_ids: Iterable[str], since: Offsets
+) -> dict[str, dict[str, Any]]:
+    """event_id -> record (with its `_topic`) of the wanted events, read with the stock
+    AvroDeserializer from the offsets marked before the test produced."""
+    return {
+        str(r.record["event_id"]): {"_topic": r.topic, **r.record}
+        for r in read_events(settings, TOPICS, event_ids, since)
+    }
 
 
 def as_json(event: Event) -> dict[str, Any]:
@@ -105,6 +80,7 @@ def test_accepted_events_read_back_with_the_stock_deserializer(
 
     keys = ApiKeyStore(tmp_path / "keys.json")
     secret = keys.add("it")
+    since = end_offsets(stack, TOPICS)
     client = telemetry_client(stack, name=unique, spool_dir=tmp_path / "spool")
     try:
         http = TestClient(create_app(client, keys))
@@ -123,7 +99,7 @@ def test_accepted_events_read_back_with_the_stock_deserializer(
     assert stats.spooled == 0
 
     minimal_id = accepted[2]["event_id"]
-    found = read_back(stack, [r["event_id"] for r in accepted])
+    found = read_back(stack, [r["event_id"] for r in accepted], since)
     minimal_event = EVENT_TYPES["SuggestionOutcome"].from_record(
         {**minimal, "event_id": minimal_id, "producer": "gateway/it", "event_time": 1738321200250}
     )
@@ -146,13 +122,9 @@ def test_flywheel_gateway_serve_end_to_end(stack: Settings, tmp_path: Path) -> N
         "FLYWHEEL_BOOTSTRAP_SERVERS": stack.kafka_bootstrap,
         "FLYWHEEL_SCHEMA_REGISTRY_URL": stack.registry_url,
     }
-    # The real CLI group, with `gateway` added as flywheel/cli.py does.
-    program = (
-        "from flywheel.cli import cli; from flywheel.commands.gateway import gateway; "
-        "cli.add_command(gateway); cli()"
-    )
+    since = end_offsets(stack, TOPICS)
     server = subprocess.Popen(
-        [sys.executable, "-c", program, "gateway", "serve", "--port", str(port)],
+        [sys.executable, "-m", "flywheel", "gateway", "serve", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -177,7 +149,7 @@ def test_flywheel_gateway_serve_end_to_end(stack: Settings, tmp_path: Path) -> N
     assert server.returncode == 0, output
     assert f"gateway on http://127.0.0.1:{port}" in output
     assert f"gateway stopped: {len(sent)} event(s) acknowledged, 0 spooled" in output
-    assert_arrived_as_sent(sent, read_back(stack, [e.event_id for e in sent]))
+    assert_arrived_as_sent(sent, read_back(stack, [e.event_id for e in sent], since))
 
 
 def _wait_healthy(base: str, server: subprocess.Popen[str]) -> None:
