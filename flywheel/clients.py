@@ -6,10 +6,9 @@ import os
 import secrets
 from pathlib import Path
 
-from streams.privacy import Pseudonymizer
-
 from flywheel.settings import Settings
 from streams.client import TelemetryClient
+from streams.privacy import Pseudonymizer
 from streams.serde import AvroCodec
 
 
