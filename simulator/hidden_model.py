@@ -17,7 +17,7 @@ about a quarter of all requests would be accepted if shown, roughly half have P(
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -43,17 +43,9 @@ class HiddenModel:
         self.config = config
         weights = config.weights
         w = np.zeros(CONTEXT_DIM, dtype=np.float64)
-        for name in (
-            "prefix_log_chars",
-            "suggestion_log_chars",
-            "model_confidence",
-            "at_line_end",
-            "typing_speed",
-            "log_seconds_since_accept",
-            "in_comment",
-            "invoked",
-        ):
-            w[INDEX[name]] = getattr(weights, name)
+        # Every weight is named after the context feature it multiplies.
+        for weight in fields(weights):
+            w[INDEX[weight.name]] = getattr(weights, weight.name)
         self.weights = w  # (CONTEXT_DIM,): zero on the prior features
 
     def draw_users(self, rng: np.random.Generator, n_users: int) -> UserTraits:
