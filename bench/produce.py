@@ -18,10 +18,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
+from bench.raw_producer import produce_all
 from flywheel.clients import codec, telemetry_client
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
@@ -38,22 +38,11 @@ def make_events(n: int) -> list[Event]:
 
 
 def raw_baseline(settings: Settings, payloads: list[tuple[str, bytes, bytes]]) -> float:
-    producer = Producer(
-        {**settings.kafka_client_config(), "enable.idempotence": True, "acks": "all",
-         "compression.type": "zstd", "linger.ms": 20, "partitioner": "murmur2_random"}
-    )  # fmt: skip
-    start = time.perf_counter()
-    for topic, key, value in payloads:
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-    if producer.flush(120) != 0:
-        raise RuntimeError("baseline did not deliver everything")
-    return len(payloads) / (time.perf_counter() - start)
+    config = {
+        **settings.kafka_client_config(), "enable.idempotence": True, "acks": "all",
+        "compression.type": "zstd", "linger.ms": 20, "partitioner": "murmur2_random",
+    }  # fmt: skip
+    return len(payloads) / produce_all(config, payloads)
 
 
 def sdk(settings: Settings, events: list[Event], spool: Path) -> float:

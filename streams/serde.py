@@ -37,7 +37,8 @@ class EventValidationError(FlywheelError):
 
 class DecodeError(FlywheelError):
     """Bytes that are not a decodable record of the topic. `cause` is a stable short code:
-    `bad_magic`, `truncated`, `unknown_schema`, `schema_mismatch` or `invalid_body`."""
+    `bad_magic`, `truncated` (shorter than the header, or the body ends early),
+    `unknown_schema`, `schema_mismatch` or `invalid_body`."""
 
     def __init__(self, cause: str, message: str) -> None:
         super().__init__(message)
@@ -142,7 +143,11 @@ class AvroCodec:
             raise DecodeError(
                 "schema_mismatch", f"schema {schema_id} cannot be read as {topic}'s: {exc}"
             ) from None
-        except Exception as exc:  # fastavro raises EOFError, ValueError, ... on a bad body
+        except (EOFError, IndexError) as exc:  # fastavro read past the end of the value
+            raise DecodeError(
+                "truncated", f"the value ends before its schema-{schema_id} record does: {exc!r}"
+            ) from None
+        except Exception as exc:  # fastavro raises ValueError, UnicodeDecodeError, ... otherwise
             raise DecodeError(
                 "invalid_body", f"body does not decode with schema {schema_id}: {exc!r}"
             ) from None

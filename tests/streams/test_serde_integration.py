@@ -70,13 +70,14 @@ def test_invalid_events_name_the_field(codec: AvroCodec) -> None:
 def test_bytes_that_do_not_decode_get_a_cause(stack: Settings, codec: AvroCodec) -> None:
     topic = "telemetry.suggestions"
     good = codec.encode_event(topic, offered())
-    cases = {
-        "bad_magic": b"\x07" + good[1:],
-        "truncated": good[:3],
-        "unknown_schema": good[:1] + (2**31 - 7).to_bytes(4, "big") + good[5:],
-        "invalid_body": good[: len(good) // 2],
-    }
-    for cause, data in cases.items():
+    cases = [
+        ("bad_magic", b"\x07" + good[1:]),
+        ("truncated", good[:3]),  # not even a header
+        ("truncated", good[: len(good) // 2]),  # the body ends early
+        ("unknown_schema", good[:1] + (2**31 - 7).to_bytes(4, "big") + good[5:]),
+        ("invalid_body", good + b"\x00\x01"),  # trailing bytes
+    ]
+    for cause, data in cases:
         with pytest.raises(DecodeError) as refused:
             codec.decode(topic, data)
         assert refused.value.cause == cause, (cause, str(refused.value))

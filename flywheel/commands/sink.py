@@ -1,0 +1,175 @@
+"""`flywheel sink`: every platform topic into the Parquet lake, exactly once (docs/lake.md)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from flywheel.console import err, out
+from flywheel.errors import FlywheelError
+from flywheel.settings import Settings
+from schemas.catalog import TOPIC_VALUE_SCHEMAS
+from streams.topics import dlq_topic
+
+MIB = 1024 * 1024
+# DESIGN §3's data topics: every topic with a platform event (the dlq.* topics hold raw bytes).
+DEFAULT_TOPICS = tuple(TOPIC_VALUE_SCHEMAS)
+
+
+def _decode_as(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for value in values:
+        topic, sep, platform_topic = value.partition("=")
+        if not sep or not topic or platform_topic not in TOPIC_VALUE_SCHEMAS:
+            raise click.BadParameter(
+                f"{value!r}: write TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
+                f"{', '.join(TOPIC_VALUE_SCHEMAS)}"
+            )
+        mapping[topic] = platform_topic
+    return mapping
+
+
+@click.command()
+@click.option(
+    "--topics",
+    default=",".join(DEFAULT_TOPICS),
+    show_default=True,
+    help="Comma-separated topics to sink.",
+)
+@click.option(
+    "--lake",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
+)
+@click.option("--group", default="flywheel.lake-sink", show_default=True, help="Consumer group.")
+@click.option(
+    "--instance-id",
+    default=None,
+    help="Static group membership id: a restarted sink gets its partitions back at once. "
+    "Give each sink of one group its own. Default: <host name>-lake-sink.",
+)
+@click.option("--dlq-topic", default=dlq_topic("sink"), show_default=True)
+@click.option("--max-rows", default=50_000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-mib",
+    default=64.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Rotate a buffer at this estimated in-memory size.",
+)
+@click.option(
+    "--max-age-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Rotate a buffer this long after its first record, so data becomes visible.",
+)
+@click.option(
+    "--memory-mib",
+    default=512.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Budget of all buffers together; over it the largest is written.",
+)
+@click.option(
+    "--max-record-bytes",
+    default=MIB,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Larger records are dead letters (cause oversized), never decoded.",
+)
+@click.option(
+    "--decode-as",
+    multiple=True,
+    metavar="TOPIC=PLATFORM_TOPIC",
+    callback=_decode_as,
+    help="Read TOPIC (a copy or mirror) with a platform topic's schema. Repeatable.",
+)
+@click.option("--once", is_flag=True, help="Sink what is there, then write, commit and exit.")
+@click.option("--status-every-s", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
+def sink(
+    topics: str,
+    lake: Path | None,
+    group: str,
+    instance_id: str | None,
+    dlq_topic: str,
+    max_rows: int,
+    max_mib: float,
+    max_age_s: float,
+    memory_mib: float,
+    max_record_bytes: int,
+    decode_as: dict[str, str],
+    once: bool,
+    status_every_s: float,
+) -> None:
+    """Write every platform topic to hour-partitioned Parquet in the lake, exactly once.
+
+    Files appear at lake/<topic>/dt=YYYY-MM-DD/hour=HH/<topic>+<partition>+<first>+<last>.parquet;
+    records that do not decode or validate go to the DLQ topic with headers naming the cause.
+    Ctrl-C (or SIGTERM) writes the buffers, commits and exits; a crash loses nothing: the next
+    start resumes from the files on disk.
+    """
+    # Imported here so `--help` does not load the Kafka client and pyarrow.
+    from flywheel.clients import codec as make_codec
+    from processors.lake import LakeSink, RotationLimits
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    settings = Settings.from_env()
+    lake_dir = (lake or settings.lake).absolute()
+    names = [t.strip() for t in topics.split(",") if t.strip()]
+    try:
+        limits = RotationLimits(max_rows, int(max_mib * MIB), max_age_s, int(memory_mib * MIB))
+        codec = make_codec(settings)
+        for schema_topic in {decode_as.get(t, t) for t in names} & set(TOPIC_VALUE_SCHEMAS):
+            codec.register(schema_topic)  # fails fast, naming the fix, if the registry is down
+        lake_sink = LakeSink(
+            settings.kafka_client_config(),
+            codec,
+            lake_dir,
+            names,
+            group_id=group,
+            limits=limits,
+            dlq_topic=dlq_topic,
+            max_record_bytes=max_record_bytes,
+            decode_as=decode_as,
+            instance_id=instance_id or f"{socket.gethostname()}-lake-sink",
+        )
+        stop = _stop_on_signals()
+        out.print(
+            f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead letters "
+            f"to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
+        )
+        status = lake_sink.run(
+            stop,
+            lambda s: err.print(s.line()),
+            until_caught_up=once,
+            progress_every_s=status_every_s,
+        )
+    except FlywheelError as exc:  # also when run as `python -m processors.lake`, outside the CLI
+        raise click.ClickException(str(exc)) from exc
+    out.print(
+        f"sink stopped: {status.rows:,} rows in {status.files:,} files, "
+        f"{sum(status.dead_letters.values()):,} dead letters, offsets committed"
+    )
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C or SIGTERM: the sink then finishes its batch and closes cleanly."""
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop

@@ -1,0 +1,152 @@
+"""Where lake files live (DESIGN §6): pure path logic, no Parquet and no Kafka.
+
+    <lake>/<topic>/dt=YYYY-MM-DD/hour=HH/<topic>+<partition>+<first>+<last>.parquet
+
+`dt` and `hour` are the UTC event time of the file's rows; `first` and `last` are inclusive
+Kafka offsets in plain decimal. A file covers *every* offset of [first, last]: each one is a row,
+a dead letter or nothing at all (compacted away, a transaction marker, a tombstone), so per
+partition the files' ranges tile the log without gaps or overlaps.
+
+Files are written under a temporary name, `.<final name>.<token>.tmp`, in the same directory: it
+starts with a dot and does not end in `.parquet`, so no `*.parquet` glob (DuckDB, pyarrow) ever
+matches a file being written.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from processors.lake.errors import LakeLayoutError
+
+SUFFIX = ".parquet"
+TEMP_SUFFIX = ".tmp"
+SECONDS_PER_HOUR = 3600
+_TOPIC = r"[A-Za-z0-9._-]+"  # Kafka's legal topic characters: never '+', so '+' separates
+_FILE = re.compile(
+    rf"(?P<topic>{_TOPIC})\+(?P<partition>\d+)\+(?P<first>\d+)\+(?P<last>\d+)\.parquet"
+)
+_TEMP = re.compile(rf"\.(?P<final>{_FILE.pattern})\.[0-9a-f]+\.tmp")
+
+
+@dataclass(frozen=True, order=True)
+class LakeFile:
+    """One visible lake file: the inclusive Kafka offset range [first, last] of a partition."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+    path: Path = field(compare=False)
+
+
+@dataclass
+class TopicScan:
+    """What a topic's directory holds: visible files per partition (sorted by `first`) and
+    temporary files left behind by a writer that died."""
+
+    files: dict[int, list[LakeFile]] = field(default_factory=dict)
+    temps: dict[int, list[Path]] = field(default_factory=dict)
+
+    def resume_offsets(self) -> dict[int, int]:
+        """Partition -> offset to consume next: the largest `last` on disk + 1."""
+        return {p: max(f.last for f in files) + 1 for p, files in self.files.items() if files}
+
+
+def file_name(topic: str, partition: int, first: int, last: int) -> str:
+    """`<topic>+<partition>+<first>+<last>.parquet`; LakeLayoutError for an impossible range."""
+    if not re.fullmatch(_TOPIC, topic):
+        raise LakeLayoutError(f"topic {topic!r} has characters Kafka topic names cannot have")
+    if partition < 0 or first < 0 or last < first:
+        raise LakeLayoutError(
+            f"partition {partition}, offsets [{first}, {last}] is not a file range: "
+            "partition and offsets must be >= 0 and first <= last"
+        )
+    return f"{topic}+{partition}+{first}+{last}{SUFFIX}"
+
+
+def parse_file_name(path: Path) -> LakeFile | None:
+    """The range a lake file name encodes, or None for any other name (temp files included)."""
+    match = _FILE.fullmatch(path.name)
+    if match is None:
+        return None
+    return LakeFile(
+        match["topic"], int(match["partition"]), int(match["first"]), int(match["last"]), path
+    )
+
+
+def temp_path(final: Path) -> Path:
+    """A fresh temporary name beside `final`, unique per call (two writers never collide)."""
+    return final.with_name(f".{final.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+
+
+def temp_partition(path: Path) -> tuple[str, int] | None:
+    """(topic, partition) of a temporary lake file name, or None if `path` is not one."""
+    match = _TEMP.fullmatch(path.name)
+    return None if match is None else (match["topic"], int(match["partition"]))
+
+
+def hour_of(event_time: datetime) -> int:
+    """Hours since the Unix epoch of a timezone-aware time (floor, so also right before 1970)."""
+    return math.floor(event_time.timestamp() / SECONDS_PER_HOUR)
+
+
+def hour_of_ms(epoch_ms: int) -> int:
+    """Hours since the Unix epoch of a time in epoch milliseconds."""
+    return epoch_ms // (SECONDS_PER_HOUR * 1000)
+
+
+def hour_dir(lake: Path, topic: str, hour: int) -> Path:
+    """`<lake>/<topic>/dt=YYYY-MM-DD/hour=HH` of an hour since the epoch (UTC)."""
+    start = datetime.fromtimestamp(hour * SECONDS_PER_HOUR, UTC)
+    return lake / topic / f"dt={start:%Y-%m-%d}" / f"hour={start:%H}"
+
+
+def file_path(lake: Path, topic: str, partition: int, first: int, last: int, hour: int) -> Path:
+    """The final path of a file of `topic`/`partition` covering [first, last] in `hour`."""
+    return hour_dir(lake, topic, hour) / file_name(topic, partition, first, last)
+
+
+def scan_topic(lake: Path, topic: str) -> TopicScan:
+    """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty)."""
+    scan = TopicScan()
+    for path in _walk_files(lake / topic):
+        found = parse_file_name(path)
+        if found is not None and found.topic == topic:
+            scan.files.setdefault(found.partition, []).append(found)
+            continue
+        temp = temp_partition(path)
+        if temp is not None and temp[0] == topic:
+            scan.temps.setdefault(temp[1], []).append(path)
+    for files in scan.files.values():
+        files.sort()
+    return scan
+
+
+def _walk_files(root: Path) -> Iterator[Path]:
+    # os.walk ignores a missing root; files vanishing mid-walk (another sink renaming) are fine.
+    for directory, _, names in os.walk(root):
+        for name in names:
+            yield Path(directory) / name
+
+
+def range_problems(files: Iterable[LakeFile], start: int | None = None) -> list[str]:
+    """Gaps and overlaps between one partition's files, in offset order; [] when they tile
+    [start or the first file's first, the last file's last] exactly.
+
+    This is the exactly-once check on the lake side: every offset is covered by one file.
+    """
+    problems: list[str] = []
+    expected = start
+    for f in sorted(files):
+        if expected is not None and f.first != expected:
+            kind = "gap" if f.first > expected else "overlap"
+            problems.append(f"{kind} before {f.path.name}: expected first offset {expected}")
+        expected = f.last + 1
+    return problems

@@ -1,0 +1,118 @@
+"""Lake paths: names <-> ranges, hour directories, scanning, the contiguity check."""
+
+from __future__ import annotations
+
+import fnmatch
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from processors.lake.errors import LakeLayoutError
+from processors.lake.layout import (
+    LakeFile,
+    file_name,
+    file_path,
+    hour_dir,
+    hour_of,
+    hour_of_ms,
+    parse_file_name,
+    range_problems,
+    scan_topic,
+    temp_partition,
+    temp_path,
+)
+
+
+def test_a_file_name_encodes_its_range_and_parses_back() -> None:
+    name = file_name("telemetry.suggestions", 3, 0, 49_999)
+    assert name == "telemetry.suggestions+3+0+49999.parquet"
+    parsed = parse_file_name(Path("/x") / name)
+    assert parsed is not None
+    assert (parsed.topic, parsed.partition, parsed.first, parsed.last) == (
+        "telemetry.suggestions", 3, 0, 49_999,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("topic", "partition", "first", "last"),
+    [("t", -1, 0, 1), ("t", 0, 5, 4), ("t", 0, -1, 3), ("bad+topic", 0, 0, 0), ("a/b", 0, 0, 0)],
+)
+def test_impossible_ranges_and_topics_are_refused(
+    topic: str, partition: int, first: int, last: int
+) -> None:
+    with pytest.raises(LakeLayoutError):
+        file_name(topic, partition, first, last)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x.parquet",
+        "t+1+2.parquet",
+        "t+a+1+2.parquet",
+        "t+1+2+3.parquet.tmp",
+        ".t+1+2+3.parquet.ab.tmp",
+    ],
+)
+def test_other_names_do_not_parse(name: str) -> None:
+    assert parse_file_name(Path(name)) is None
+
+
+def test_temp_names_are_hidden_from_parquet_globs_and_name_their_partition() -> None:
+    final = Path("/lake/t/dt=2026-01-01/hour=00/t.x+2+10+20.parquet")
+    temp = temp_path(final)
+    assert temp.parent == final.parent
+    assert temp.name.startswith(".") and temp.name.endswith(".tmp")
+    assert not fnmatch.fnmatch(temp.name, "*.parquet")
+    assert temp_path(final) != temp
+    assert temp_partition(temp) == ("t.x", 2)
+    assert temp_partition(final) is None
+
+
+def test_hours_are_utc_and_floor_before_the_epoch() -> None:
+    moment = datetime(2026, 3, 4, 5, 59, 59, 999_000, tzinfo=UTC)
+    assert hour_dir(Path("/l"), "t", hour_of(moment)) == Path("/l/t/dt=2026-03-04/hour=05")
+    assert hour_of(moment) == hour_of_ms(int(moment.timestamp() * 1000))
+    assert hour_of(moment + timedelta(milliseconds=1)) == hour_of(moment) + 1
+    assert hour_of(datetime(1969, 12, 31, 23, 30, tzinfo=UTC)) == -1
+    other_zone = moment.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert hour_of(other_zone) == hour_of(moment)
+    assert file_path(Path("/l"), "t", 1, 5, 9, 0) == Path(
+        "/l/t/dt=1970-01-01/hour=00/t+1+5+9.parquet"
+    )
+
+
+def test_a_scan_finds_files_per_partition_in_order_and_temps_and_ignores_the_rest(
+    tmp_path: Path,
+) -> None:
+    names = {
+        "dt=2026-01-01/hour=00": ["t+0+0+9.parquet", "t+1+0+4.parquet", "t+0+25+30.parquet"],
+        "dt=2026-01-01/hour=01": ["t+0+10+24.parquet", ".t+1+5+8.parquet.0a1b.tmp", "notes.txt"],
+        "dt=2026-01-01/hour=02": ["other+0+31+40.parquet"],  # another topic's name: not ours
+    }
+    for directory, files in names.items():
+        (tmp_path / "t" / directory).mkdir(parents=True)
+        for name in files:
+            (tmp_path / "t" / directory / name).touch()
+    scan = scan_topic(tmp_path, "t")
+    assert [(f.first, f.last) for f in scan.files[0]] == [(0, 9), (10, 24), (25, 30)]
+    assert [f.path.name for f in scan.files[1]] == ["t+1+0+4.parquet"]
+    assert [p.name for p in scan.temps[1]] == [".t+1+5+8.parquet.0a1b.tmp"]
+    assert scan.resume_offsets() == {0: 31, 1: 5}
+    assert scan_topic(tmp_path, "missing").files == {}
+
+
+def lake_file(first: int, last: int) -> LakeFile:
+    return LakeFile("t", 0, first, last, Path(file_name("t", 0, first, last)))
+
+
+def test_range_problems_name_gaps_and_overlaps() -> None:
+    assert range_problems([lake_file(10, 19), lake_file(0, 9), lake_file(20, 20)]) == []
+    assert range_problems([lake_file(0, 9)], start=0) == []
+    gap = range_problems([lake_file(0, 9), lake_file(11, 19)])
+    assert len(gap) == 1 and gap[0].startswith("gap before t+0+11+19")
+    overlap = range_problems([lake_file(0, 9), lake_file(5, 19)])
+    assert len(overlap) == 1 and overlap[0].startswith("overlap")
+    assert range_problems([lake_file(3, 9)], start=0)[0].startswith("gap")
