@@ -18,6 +18,7 @@ from pathlib import Path
 from streams.errors import StackError
 
 LOG_TAIL_LINES = 25
+_EMPTY_CMDLINE_RETRIES = 50
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -160,8 +161,14 @@ def _alive(pid: int) -> bool:
 def _cmdline_has(pid: int, marker: str) -> bool:
     if not Path("/proc").is_dir():  # no procfs (macOS): the pid file is all we have
         return _alive(pid)
-    try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return marker.encode() in args
+    # Right after exec the kernel has woken our parent but not yet set the new command line:
+    # it reads empty for a moment. Wait that out rather than mistake the process for another.
+    for _ in range(_EMPTY_CMDLINE_RETRIES):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        if raw or not _alive(pid):
+            return marker.encode() in raw.split(b"\0")
+        time.sleep(0.01)
+    return False

@@ -84,8 +84,13 @@ def test_a_port_in_use_is_detected_and_named_with_the_fix(tmp_path: Path) -> Non
 
 
 def _sleeper(service: ServiceProcess, seconds: int = 60) -> int:
-    # The marker rides along as $0 so the process is recognisable, as a JVM's -D flag is.
-    return service.start(["sh", "-c", f"sleep {seconds}", service.marker], env={}, cwd=service.home)
+    # The marker rides along as an argument, as a JVM's -D flag does. (Not `sh -c "sleep"`:
+    # the shell may exec sleep in its place, and the marker vanishes from the command line.)
+    return service.start(
+        [sys.executable, "-c", f"import time; time.sleep({seconds})", service.marker],
+        env={},
+        cwd=service.home,
+    )
 
 
 def test_stop_ends_the_service_it_started(tmp_path: Path) -> None:
