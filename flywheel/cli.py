@@ -8,6 +8,7 @@ import click
 
 from flywheel.commands.demo import demo
 from flywheel.commands.gateway import gateway
+from flywheel.commands.process import process
 from flywheel.commands.simulate import simulate
 from flywheel.commands.sink import sink
 from flywheel.commands.stack import stack
@@ -40,6 +41,7 @@ cli.add_command(stack)
 cli.add_command(topics)
 cli.add_command(demo)
 cli.add_command(gateway)
+cli.add_command(process)
 cli.add_command(simulate)
 cli.add_command(sink)
 

@@ -41,6 +41,7 @@ _FIXED_MESSAGES = {
     "invalid_body": "the value does not decode with its schema",
     "oversized": "the value is over the sink's size limit",
     "invalid_value": "a field breaks a value rule of the schema",
+    "late": "the event is later than the allowed lateness",
 }
 
 

@@ -1,0 +1,236 @@
+"""`flywheel process`: the reward joiner and the rollout rewarder (docs/processors.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import click
+
+from flywheel.console import err, out
+from flywheel.errors import FlywheelError
+from flywheel.settings import Settings
+from streams.topics import dlq_topic
+
+TELEMETRY = ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
+MS = 1000
+
+
+def _telemetry_topics(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    if not values:
+        return {t: t for t in TELEMETRY}
+    mapping: dict[str, str] = {}
+    for value in values:
+        topic, sep, platform_topic = value.partition("=")
+        platform_topic = platform_topic if sep else topic
+        if not topic or platform_topic not in TELEMETRY:
+            raise click.BadParameter(
+                f"{value!r}: write TOPIC or TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
+                f"{', '.join(TELEMETRY)}"
+            )
+        mapping[topic] = platform_topic
+    return mapping
+
+
+@click.command()
+@click.option(
+    "--reward-fn",
+    "reward_fns",
+    multiple=True,
+    default=("tab@1",),
+    show_default=True,
+    help="Reward function id (name@version). Repeatable: one Reward per suggestion per function.",
+)
+@click.option(
+    "--outcome-window-s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="An outcome counts within this long after the offer (event time).",
+)
+@click.option(
+    "--edits-window-s",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Edits count within this long after the outcome.",
+)
+@click.option(
+    "--tests-window-s",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Test runs count within this long after the offer.",
+)
+@click.option(
+    "--allowed-lateness-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Events older than the watermark minus this go to the late DLQ.",
+)
+@click.option(
+    "--group-size",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A rollout group is complete with this many distinct trials...",
+)
+@click.option(
+    "--group-timeout-s",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=0.001),
+    help="...or when its oldest trial is this much older than the newest (event time).",
+)
+@click.option(
+    "--app-id",
+    default="flywheel.joiner",
+    show_default=True,
+    help="faust app id: the consumer group and the prefix of the state changelogs.",
+)
+@click.option(
+    "--telemetry-topic",
+    "telemetry_topics",
+    multiple=True,
+    callback=_telemetry_topics,
+    metavar="TOPIC[=PLATFORM_TOPIC]",
+    help="Telemetry source topics (repeatable; all four by default). PLATFORM_TOPIC "
+    "names the schema of a copy under another name.",
+)
+@click.option("--rollouts-topic", default="rollouts.results", show_default=True)
+@click.option("--rewards-topic", default="rewards", show_default=True)
+@click.option("--dlq-late", default=dlq_topic("late"), show_default=True)
+@click.option("--dlq-joiner", default=dlq_topic("joiner"), show_default=True)
+@click.option(
+    "--store",
+    default="memory://",
+    show_default=True,
+    help="faust table store; state is always recoverable from the changelog topics.",
+)
+@click.option(
+    "--guarantee",
+    type=click.Choice(["exactly_once", "at_least_once"]),
+    default="exactly_once",
+    show_default=True,
+    help="faust's processing guarantee. exactly_once: Kafka transactions (rewards, state and "
+    "offsets commit together). at_least_once: a crash may re-emit rewards; their reward ids "
+    "are deterministic, so consumers dedupe by reward_id.",
+)
+@click.option(
+    "--session-timeout-s",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=6),
+    help="Kafka group session timeout: how long a crashed worker's partitions wait.",
+)
+@click.option(
+    "--once-idle-s",
+    default=None,
+    type=click.FloatRange(min=0.1),
+    help="Stop after this many seconds without input (tests, demos).",
+)
+@click.option("--status-every-s", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
+@click.option(
+    "--log-level",
+    default="warn",
+    show_default=True,
+    type=click.Choice(["crit", "error", "warn", "info", "debug"]),
+)
+def process(
+    reward_fns: tuple[str, ...],
+    outcome_window_s: float,
+    edits_window_s: float,
+    tests_window_s: float,
+    allowed_lateness_s: float,
+    group_size: int,
+    group_timeout_s: float,
+    app_id: str,
+    telemetry_topics: dict[str, str],
+    rollouts_topic: str,
+    rewards_topic: str,
+    dlq_late: str,
+    dlq_joiner: str,
+    store: str,
+    guarantee: str,
+    session_timeout_s: float,
+    once_idle_s: float | None,
+    status_every_s: float,
+    log_level: str,
+) -> None:
+    """Join telemetry per suggestion into Rewards, and rollout groups into advantages.
+
+    Reads the four telemetry topics (co-partitioned by session_id) and rollouts.results, keeps
+    state in changelog-backed tables (a restarted worker resumes where it stopped), and writes
+    Avro Rewards to the rewards topic; late events go to the late DLQ with the reason. Ctrl-C
+    (or SIGTERM) stops it cleanly.
+    """
+    # Imported here so `--help` does not load faust and the Kafka clients.
+    import faust
+
+    from processors.joiner import JoinerConfig, JoinerStats, build_app
+    from processors.rewards.attribution import Windows
+    from processors.rewards.functions import reward_functions
+    from processors.rewards.rollouts import GroupPolicy
+
+    settings = Settings.from_env()
+    stats = JoinerStats()
+    try:
+        functions = reward_functions(list(reward_fns))
+        windows = Windows(
+            outcome_ms=round(outcome_window_s * MS),
+            edits_ms=round(edits_window_s * MS),
+            tests_ms=round(tests_window_s * MS),
+            allowed_lateness_ms=round(allowed_lateness_s * MS),
+        )
+        policy = GroupPolicy(expected_size=group_size, timeout_ms=round(group_timeout_s * MS))
+        config = JoinerConfig(
+            topics=telemetry_topics,
+            rollouts_topic=rollouts_topic,
+            rewards_topic=rewards_topic,
+            dlq_late=dlq_late,
+            dlq_joiner=dlq_joiner,
+            store=store,
+            processing_guarantee=guarantee,
+            session_timeout_s=session_timeout_s,
+        )
+        app = build_app(
+            app_id,
+            settings.kafka_bootstrap,
+            settings.registry_url,
+            functions=functions,
+            windows=windows,
+            group_policy=policy,
+            config=config,
+            stats=stats,
+        )
+    except FlywheelError as exc:  # also when run as `python -m processors.joiner`
+        raise click.ClickException(str(exc)) from exc
+
+    @app.timer(interval=status_every_s)  # type: ignore[untyped-decorator]  # faust: bare Callable
+    async def _status() -> None:
+        err.print(stats.line(), highlight=False)
+        if once_idle_s is not None and stats.idle_s() >= once_idle_s:
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler stops it cleanly
+
+    out.print(
+        f"[green]process[/] {', '.join(telemetry_topics)} + {rollouts_topic} -> {rewards_topic} "
+        f"(app {app_id}, {', '.join(reward_fns)}; late to {dlq_late}, dead letters to "
+        f"{dlq_joiner}){'' if once_idle_s is None else f'; stops after {once_idle_s:g} s idle'}"
+        "; Ctrl-C to stop",
+        soft_wrap=True,
+    )
+    worker = faust.Worker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise click.ClickException(
+                f"the worker stopped with status {exc.code}; rerun with --log-level info"
+            ) from exc
+    out.print(
+        f"process stopped: {stats.events:,} events, {stats.rewards:,} rewards, "
+        f"{stats.late:,} late, {stats.dead_letters:,} dead letters"
+    )

@@ -1,0 +1,136 @@
+"""The faust adapter: topics, tables and agents wired to `RewardJoiner` and `RolloutGrouper`.
+
+One agent reads the four telemetry topics (co-partitioned by session_id, same partition count)
+as raw bytes; one reads `rollouts.results` (keyed by group_id). Their state lives in
+changelog-backed tables, so a restarted worker recovers it from Kafka and resumes. Rewards are
+produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
+from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.stats import JoinerStats
+from processors.lake.dead_letters import DeadLetter
+from processors.rewards.attribution import Windows
+from processors.rewards.functions import RewardFunction
+from processors.rewards.rollouts import GroupPolicy
+from streams.serde import AvroCodec
+from streams.topics import TELEMETRY_PARTITIONS, dlq_topic
+
+# Source topic → the platform topic whose schema decodes it (identity in production; tests and
+# mirrors read copies under other names).
+TELEMETRY_TOPICS: Mapping[str, str] = {
+    t: t
+    for t in ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
+}
+ROLLOUTS_TOPIC = "rollouts.results"
+
+
+@dataclass(frozen=True)
+class JoinerConfig:
+    """Everything `build_app` needs besides the reward logic's parameters."""
+
+    topics: Mapping[str, str] = field(default_factory=lambda: dict(TELEMETRY_TOPICS))
+    rollouts_topic: str = ROLLOUTS_TOPIC
+    rewards_topic: str = "rewards"
+    dlq_late: str = dlq_topic("late")
+    dlq_joiner: str = dlq_topic("joiner")
+    store: str = "memory://"
+    partitions: int = TELEMETRY_PARTITIONS
+    processing_guarantee: str = "exactly_once"  # or "at_least_once" (docs/processors.md)
+    session_timeout_s: float = 60.0  # a crashed worker's partitions are reassigned after this
+    producer: str = field(default_factory=lambda: f"joiner/{socket.gethostname()}")
+
+
+def build_app(
+    app_id: str,
+    broker: str,
+    registry_url: str,
+    *,
+    functions: Sequence[RewardFunction],
+    windows: Windows,
+    group_policy: GroupPolicy,
+    config: JoinerConfig | None = None,
+    stats: JoinerStats | None = None,
+) -> faust.App:
+    """A faust app running the reward joiner and the rollout rewarder.
+
+    `broker` is a comma-separated bootstrap list; `app_id` names the consumer group and the
+    tables' changelog topics (`<app_id>-joiner-state-changelog`, ...), which faust creates.
+    The source topics must exist with `config.partitions` partitions. `stats` (optional) is
+    updated as records are processed, for a status line.
+    """
+    config = config or JoinerConfig()
+    stats = stats if stats is not None else JoinerStats()
+    app = faust.App(
+        app_id,
+        broker=[f"kafka://{host.strip()}" for host in broker.split(",") if host.strip()],
+        store=config.store,
+        topic_partitions=config.partitions,
+        topic_replication_factor=1,
+        processing_guarantee=config.processing_guarantee,
+        web_enabled=False,
+        broker_session_timeout=config.session_timeout_s,
+        broker_heartbeat_interval=config.session_timeout_s / 10,
+    )
+    raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
+    rewards_out = app.topic(config.rewards_topic, **raw)
+    dlq_out = {t: app.topic(t, **raw) for t in (config.dlq_late, config.dlq_joiner)}
+
+    async def emit(key: bytes, value: bytes) -> None:
+        await rewards_out.send(key=key, value=value)
+
+    async def send_dead_letter(topic: str, letter: DeadLetter) -> None:
+        await dlq_out[topic].send(key=letter.key, value=letter.value, headers=letter.headers)
+
+    outputs = Outputs(emit, send_dead_letter, config.dlq_late, config.dlq_joiner, config.producer)
+    codec = AvroCodec.for_url(registry_url)
+    sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
+    groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
+    joiner = RewardJoiner(sessions, codec, functions, windows, outputs, stats)
+    grouper = RolloutGrouper(groups, codec, group_policy, outputs, stats)
+
+    def lag(message: Any) -> None:
+        try:
+            high = int(app.consumer.highwater(message.tp))
+        except Exception:  # highwater is unknown until the first fetch response: skip
+            return
+        stats.lag_by_partition[f"{message.topic}/{message.partition}"] = max(
+            0, high - message.offset - 1
+        )
+
+    telemetry_in = app.topic(*config.topics, **raw)
+    rollouts_in = app.topic(config.rollouts_topic, **raw)
+
+    @app.agent(telemetry_in, name="joiner")
+    async def join(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            m = event.message
+            platform_topic = config.topics[m.topic]
+            await joiner.on_event(
+                SourceRecord(m.topic, platform_topic, m.partition, m.offset, m.key, m.value)
+            )
+            lag(m)
+
+    @app.agent(rollouts_in, name="rollouts")
+    async def group(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.events():
+            m = event.message
+            await grouper.on_event(
+                SourceRecord(m.topic, ROLLOUTS_TOPIC, m.partition, m.offset, m.key, m.value)
+            )
+            lag(m)
+
+    @app.on_partitions_assigned.connect
+    async def _assigned(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
+        joiner.forget_deadlines()  # another worker may have changed these partitions' state
+
+    return app

@@ -1,0 +1,107 @@
+"""Groups RolloutResults by group_id and emits group-relative advantages when a group completes.
+
+State (one table): `<group_id>` → JSON `{"p": partition, "done": bool, "r": [RolloutResult
+records]}`; `\\x00now/<partition>` → the partition's largest rollout event time (the clock
+`group_complete` times out against); `\\x00off/<topic>/<partition>` → the last offset applied.
+A finished group keeps a small `done` entry so a straggler goes to `dlq.late` instead of
+opening a second group. Completion is checked when a rollout of the same partition arrives: a
+timed-out group is emitted on the next rollout event of its partition (event time, no wall clock).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from processors.joiner.dead_letters import (
+    late_dead_letter,
+    rejected_dead_letter,
+)
+from processors.joiner.joiner import MARK, Outputs, SourceRecord, State, now_utc, offset_key
+from processors.joiner.stats import JoinerStats
+from processors.rewards.rollouts import GroupPolicy, group_advantages, group_complete
+from schemas.errors import SchemaError
+from schemas.events import RolloutResult
+from schemas.records import encode_time
+from streams.serde import AvroCodec, DecodeError
+
+
+def clock_key(partition: int) -> str:
+    return f"{MARK}now/{partition}"
+
+
+class RolloutGrouper:
+    """The rollout rewarder's per-event step over table-like state."""
+
+    def __init__(
+        self,
+        state: State,
+        codec: AvroCodec,
+        policy: GroupPolicy,
+        outputs: Outputs,
+        stats: JoinerStats,
+        clock: Callable[[], datetime] = now_utc,
+    ) -> None:
+        self._state = state
+        self._codec = codec
+        self._policy = policy
+        self._out = outputs
+        self._stats = stats
+        self._clock = clock
+
+    async def on_event(self, rec: SourceRecord) -> None:
+        """Apply one rollouts.results record; bad input becomes a dead letter."""
+        marker = offset_key(rec.topic, rec.partition)
+        applied = self._state.get(marker)
+        if applied is not None and rec.offset <= int(applied):
+            return  # replayed after a crash: already applied
+        self._stats.saw_input()
+        try:
+            record = self._codec.decode(rec.platform_topic, rec.value)
+            result = RolloutResult.from_record(record)
+        except (DecodeError, SchemaError) as exc:
+            cause = exc.cause if isinstance(exc, DecodeError) else "invalid_value"
+            letter = rejected_dead_letter(cause, str(exc), rec.origin(), rec.platform_topic)
+            self._stats.dead_letters += 1
+            await self._out.dead_letter(self._out.dlq_joiner, letter)
+        else:
+            await self._fold(rec, result)
+        self._state[marker] = rec.offset
+
+    async def _fold(self, rec: SourceRecord, result: RolloutResult) -> None:
+        raw = self._state.get(result.group_id)
+        doc: dict[str, Any] = (
+            {"p": rec.partition, "done": False, "r": []} if raw is None else json.loads(raw)
+        )
+        if doc["done"]:
+            reason = f"rollout group {result.group_id} was already complete and emitted"
+            letter = late_dead_letter(reason, result.to_record(), rec.origin(), rec.platform_topic)
+            self._stats.late += 1
+            await self._out.dead_letter(self._out.dlq_late, letter)
+            return
+        if all(r["event_id"] != result.event_id for r in doc["r"]):
+            doc["r"].append(result.to_record())
+            self._state[result.group_id] = json.dumps(doc)
+        seen_ms = int(self._state.get(clock_key(rec.partition), 0))
+        now_ms = max(encode_time(result.event_time), seen_ms)
+        self._state[clock_key(rec.partition)] = now_ms
+        await self._emit_complete(rec.partition, now_ms)
+
+    async def _emit_complete(self, partition: int, now_ms: int) -> None:
+        for group_id, raw in list(self._state.items()):
+            if str(group_id).startswith(MARK):
+                continue
+            doc = json.loads(raw)
+            if doc["p"] != partition or doc["done"]:
+                continue
+            results = [RolloutResult.from_record(r) for r in doc["r"]]
+            if not group_complete(results, self._policy, now_ms):
+                continue
+            for reward in group_advantages(results, self._clock(), self._out.producer):
+                value = self._codec.encode("rewards", reward.to_record())
+                await self._out.emit(str(group_id).encode(), value)
+                self._stats.rewards += 1
+            self._stats.groups += 1
+            self._state[str(group_id)] = json.dumps({"p": partition, "done": True, "r": []})

@@ -1,0 +1,49 @@
+"""Counters a running joiner keeps for its status line."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class JoinerStats:
+    """What the joiner did since it started; `line()` is the status line `flywheel process` prints.
+
+    `lag` is the sum over assigned source partitions of (high watermark - next offset), as last
+    seen when an event of that partition was processed.
+    """
+
+    events: int = 0
+    rewards: int = 0
+    late: int = 0
+    dead_letters: int = 0
+    groups: int = 0
+    lag_by_partition: dict[str, int] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.monotonic)
+    last_input_at: float = field(default_factory=time.monotonic)
+    _events_at_last_line: int = 0
+    _last_line_at: float = field(default_factory=time.monotonic)
+
+    def saw_input(self) -> None:
+        self.events += 1
+        self.last_input_at = time.monotonic()
+
+    @property
+    def lag(self) -> int:
+        return sum(self.lag_by_partition.values())
+
+    def idle_s(self) -> float:
+        """Seconds since the last input event (or since start when there was none)."""
+        return time.monotonic() - self.last_input_at
+
+    def line(self) -> str:
+        """`events/s` is measured since the previous call."""
+        now = time.monotonic()
+        rate = (self.events - self._events_at_last_line) / max(now - self._last_line_at, 1e-9)
+        self._events_at_last_line, self._last_line_at = self.events, now
+        return (
+            f"process: {self.events:,} events ({rate:,.0f}/s), {self.rewards:,} rewards, "
+            f"{self.groups:,} groups, {self.late:,} late, {self.dead_letters:,} dead letters, "
+            f"lag {self.lag:,}"
+        )

@@ -1,0 +1,205 @@
+"""The joiner's per-event steps over dict state: no broker, a fake registry."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
+from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.stats import JoinerStats
+from processors.lake.dead_letters import DeadLetter
+from processors.rewards.attribution import Windows, reward_id
+from processors.rewards.functions import reward_functions
+from processors.rewards.rollouts import GroupPolicy
+from schemas.enums import Outcome
+from schemas.events import EditObserved, Event, RolloutResult, SuggestionOutcome
+from streams.serde import AvroCodec
+from tests.sample_events import PRODUCER, offered
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+WINDOWS = Windows(outcome_ms=2000, edits_ms=2000, tests_ms=2000, allowed_lateness_ms=1000)
+TOPIC_OF = {
+    "SuggestionOffered": "telemetry.suggestions",
+    "SuggestionOutcome": "telemetry.outcomes",
+    "EditObserved": "telemetry.edits",
+    "RolloutResult": "rollouts.results",
+}
+
+
+class FakeRegistry:
+    """Just enough of SchemaRegistryClient for AvroCodec to encode and decode its own records."""
+
+    def __init__(self) -> None:
+        self.subjects: dict[str, int] = {}
+
+    def set_compatibility(self, _subject: str, _level: str) -> None:
+        return None
+
+    def register_schema(self, subject: str, _schema: Any) -> int:
+        return self.subjects.setdefault(subject, len(self.subjects) + 1)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.codec = AvroCodec(FakeRegistry())  # type: ignore[arg-type]  # a fake registry
+        self.state: dict[str, Any] = {}
+        self.emitted: list[tuple[bytes, dict[str, Any]]] = []
+        self.letters: list[tuple[str, DeadLetter]] = []
+        self.stats = JoinerStats()
+        self.offsets: dict[tuple[str, int], int] = {}
+
+        async def emit(key: bytes, value: bytes) -> None:
+            self.emitted.append((key, self.codec.decode("rewards", value)))
+
+        async def dead_letter(topic: str, letter: DeadLetter) -> None:
+            self.letters.append((topic, letter))
+
+        self.outputs = Outputs(emit, dead_letter, "dlq.late", "dlq.joiner", "tests/joiner")
+        self.joiner = RewardJoiner(
+            self.state, self.codec, reward_functions(["tab@1"]), WINDOWS, self.outputs, self.stats
+        )
+        self.grouper = RolloutGrouper(
+            {}, self.codec, GroupPolicy(expected_size=3), self.outputs, self.stats
+        )
+
+    def record(self, event: Event | bytes, partition: int = 0, topic: str = "") -> SourceRecord:
+        platform = topic or TOPIC_OF[event.SCHEMA_NAME]  # type: ignore[union-attr]
+        value = (
+            event if isinstance(event, bytes) else self.codec.encode(platform, event.to_record())
+        )
+        offset = self.offsets.get((platform, partition), -1) + 1
+        self.offsets[platform, partition] = offset
+        return SourceRecord(platform, platform, partition, offset, b"k", value)
+
+    def feed(self, *events: Event | bytes, partition: int = 0, topic: str = "") -> None:
+        for event in events:
+            rec = self.record(event, partition, topic)
+            step = self.grouper if rec.platform_topic == "rollouts.results" else self.joiner
+            asyncio.run(step.on_event(rec))
+
+    def rewards(self) -> dict[str, float]:
+        return {str(r["reward_id"]): float(r["reward"]) for _, r in self.emitted}
+
+
+def at(ms: int) -> datetime:
+    return T0 + timedelta(milliseconds=ms)
+
+
+def outcome(sid: str, session: str, what: Outcome, ms: int) -> SuggestionOutcome:
+    return SuggestionOutcome(
+        producer=PRODUCER, event_time=at(ms), suggestion_id=sid, session_id=session,
+        outcome=what, accepted_chars=1, time_to_decision_ms=ms,
+    )  # fmt: skip
+
+
+def tick(session: str, ms: int) -> EditObserved:
+    return EditObserved(
+        producer=PRODUCER, event_time=at(ms), session_id=session, chars_inserted=1,
+        chars_deleted=0,
+    )  # fmt: skip
+
+
+def test_joiner_emits_once_per_suggestion_after_the_watermark_passes_the_deadline() -> None:
+    h = Harness()
+    accepted, ignored = offered("s", event_time=at(0)), offered("s", event_time=at(10))
+    h.feed(outcome(accepted.suggestion_id, "s", Outcome.ACCEPTED, 500), accepted, ignored)
+    h.feed(tick("s", 2500))  # deadline 2000 is not before 2500 - 1000: nothing yet
+    assert h.emitted == []
+    h.feed(tick("s", 3100))
+    assert h.rewards() == {
+        reward_id(accepted.suggestion_id, "tab@1"): 0.75,
+        reward_id(ignored.suggestion_id, "tab@1"): -0.25,
+    }
+    assert all(key == b"s" for key, _ in h.emitted)
+    assert not [k for k in h.state if not k.startswith("\x00")]  # attributed: dropped
+    h.feed(tick("s", 9000))
+    assert len(h.emitted) == 2
+
+
+def test_joiner_skips_records_replayed_at_or_below_the_applied_offset() -> None:
+    h = Harness()
+    offer = offered("s", event_time=at(0))
+    rec = h.record(offer)
+    asyncio.run(h.joiner.on_event(rec))
+    asyncio.run(h.joiner.on_event(rec))  # a redelivery after a crash
+    assert h.stats.events == 1
+
+
+def test_joiner_sends_late_events_to_the_late_dlq_with_the_reason() -> None:
+    h = Harness()
+    h.feed(tick("s", 10_000))
+    late = outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 5_000)
+    h.feed(late)
+    [(topic, letter)] = h.letters
+    assert topic == "dlq.late"
+    assert letter.header("flywheel.cause") == "late"
+    assert letter.header("flywheel.stage") == "joiner"
+    assert "is 5000 ms behind the watermark" in (letter.header("flywheel.error") or "")
+    assert letter.value  # outcomes carry no code text: the bytes are kept for replay
+    assert h.stats.late == 1
+    assert not [k for k in h.state if not k.startswith("\x00")]
+
+
+def test_joiner_withholds_late_offer_bodies_in_privacy_mode() -> None:
+    h = Harness()
+    h.feed(tick("s", 10_000))
+    h.feed(offered("s", event_time=at(0), privacy_mode=True, suggestion_text=None))
+    [(_, letter)] = h.letters
+    assert letter.value == b""
+    assert letter.header("flywheel.body-withheld") == "privacy"
+
+
+def test_joiner_dead_letters_undecodable_records_and_goes_on() -> None:
+    h = Harness()
+    h.feed(b"\x00\x00", topic="telemetry.outcomes")
+    [(topic, letter)] = h.letters
+    assert (topic, letter.header("flywheel.cause")) == ("dlq.joiner", "truncated")
+    h.feed(offered("s", event_time=at(0)), tick("s", 5000))
+    assert len(h.emitted) == 1
+
+
+def test_joiner_watermarks_are_per_partition() -> None:
+    h = Harness()
+    h.feed(offered("s1", event_time=at(0)), partition=0)
+    h.feed(tick("s2", 60_000), partition=1)
+    assert h.emitted == []
+    h.feed(tick("s1", 60_000), partition=0)
+    assert len(h.emitted) == 1
+
+
+def rollout(rollout_id: str, score: float, group: str = "g") -> RolloutResult:
+    return RolloutResult(
+        producer=PRODUCER, event_time=T0, rollout_id=rollout_id, task_id="t", group_id=group,
+        model_name="agent", model_version=1, prompt_tokens=1, completion_tokens=1, tool_calls=0,
+        tests_passed=0, tests_total=0, reward_components={"r": score}, behaviour_logprobs=(),
+        duration_ms=1,
+    )  # fmt: skip
+
+
+def test_rollout_groups_emit_when_complete_and_stragglers_are_late() -> None:
+    h = Harness()
+    first = rollout("a", 0.0)
+    h.feed(first, first, rollout("b", 1.0))  # a duplicate delivery counts once
+    assert h.emitted == []
+    h.feed(rollout("c", 2.0))
+    advantages = {r["source_id"]: r["advantage"] for _, r in h.emitted}
+    assert advantages["a"] < advantages["b"] < advantages["c"]
+    assert {key for key, _ in h.emitted} == {b"g"}
+    h.feed(rollout("d", 3.0))
+    [(topic, letter)] = h.letters
+    assert topic == "dlq.late" and "already complete" in (letter.header("flywheel.error") or "")
+    assert h.stats.groups == 1
+
+
+def test_joiner_rebuilds_its_deadline_index_from_the_table_after_a_restart() -> None:
+    h = Harness()
+    h.feed(offered("s", event_time=at(0)), tick("s", 100))
+    restarted = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats
+    )
+    rec = h.record(tick("s", 5000))
+    asyncio.run(restarted.on_event(rec))
+    assert len(h.emitted) == 1
