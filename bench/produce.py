@@ -15,7 +15,6 @@ import argparse
 import itertools
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 
 from rich.console import Console
@@ -26,13 +25,13 @@ from flywheel.clients import codec, telemetry_client
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
 from schemas.events import Event
-from simulator import Fleet, build_policy, load_config
+from simulator import DEFAULT_CONFIG_PATH, Fleet, build_policy, load_config
 from streams.client import ROUTES
 
 
 def make_events(n: int) -> list[Event]:
     """The first `n` events of the default fleet (seeded: the same events every run)."""
-    config = load_config(Path(str(resources.files("simulator") / "configs" / "default.yaml")))
+    config = load_config(DEFAULT_CONFIG_PATH)
     fleet = Fleet(config, build_policy(config.policy))
     return list(itertools.islice(fleet.events(n), n))
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from flywheel.clients import codec
 from flywheel.settings import Settings
 from streams.admin import TopicAdmin, TopicReport
-from streams.serde import AvroCodec
 from streams.stack.local import LocalStack
 from streams.topics import ALL_TOPICS
 
@@ -23,5 +23,5 @@ def ensure_infrastructure(settings: Settings, say: Callable[[str], None]) -> Top
     say("creating topics")
     report = TopicAdmin(settings.kafka_client_config()).ensure(ALL_TOPICS)
     say("registering schemas")
-    AvroCodec.for_url(settings.registry_url).register_all()
+    codec(settings).register_all()
     return report

@@ -11,7 +11,12 @@ propensity is logged. Typical use::
 """
 
 from simulator.config import SimulatorConfig
-from simulator.config_loading import config_to_dict, config_with_overrides, load_config
+from simulator.config_loading import (
+    DEFAULT_CONFIG_PATH,
+    config_to_dict,
+    config_with_overrides,
+    load_config,
+)
 from simulator.errors import SimulatorError
 from simulator.fleet import Fleet
 from simulator.ground_truth import GroundTruthLog, GroundTruthSummary
@@ -19,6 +24,7 @@ from simulator.policy import POLICIES, HeuristicPolicy, Policy, RequestBatch, bu
 from simulator.runner import EventSink, RunReport, run_fleet
 
 __all__ = [
+    "DEFAULT_CONFIG_PATH",
     "POLICIES",
     "EventSink",
     "Fleet",

@@ -12,6 +12,7 @@ import functools
 import typing
 from collections.abc import Mapping
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,6 +22,9 @@ import yaml
 from simulator.config import SimulatorConfig
 from simulator.config_fields import config_error
 from simulator.errors import SimulatorError
+
+# The documented default configuration, shipped as package data.
+DEFAULT_CONFIG_PATH = Path(str(resources.files("simulator") / "configs" / "default.yaml"))
 
 
 def load_config(path: str | Path) -> SimulatorConfig:

@@ -43,6 +43,9 @@ ROUTES: Mapping[type[Event], tuple[str, str]] = {
     RolloutResult: ("rollouts.results", "group_id"),
 }
 
+# The topics the SDK writes to.
+CLIENT_TOPICS: tuple[str, ...] = tuple(sorted({topic for topic, _ in ROUTES.values()}))
+
 _SPOOLED_ERRORS = {  # the broker may take these later; anything else is a permanent failure
     KafkaError._MSG_TIMED_OUT,
     KafkaError._PURGE_QUEUE,

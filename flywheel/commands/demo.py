@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from importlib import resources
 from pathlib import Path
 
 import click
@@ -22,6 +21,7 @@ from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
 from processors.lake import LakeSink
 from simulator import (
+    DEFAULT_CONFIG_PATH,
     Fleet,
     GroundTruthSummary,
     build_policy,
@@ -29,17 +29,14 @@ from simulator import (
     load_config,
     run_fleet,
 )
-from streams.client import ROUTES
+from streams.client import CLIENT_TOPICS
 from streams.probe import round_trip
-
-DEFAULT_CONFIG = Path(str(resources.files("simulator") / "configs" / "default.yaml"))
-TELEMETRY = sorted({topic for topic, _ in ROUTES.values()})
 
 
 def _simulate(settings: Settings, n_requests: int) -> tuple[str, GroundTruthSummary]:
     """Runs a fresh fleet through the SDK; returns its producer id and ground truth."""
     config = config_with_overrides(
-        load_config(DEFAULT_CONFIG),
+        load_config(DEFAULT_CONFIG_PATH),
         {"sessions.start_time": "now", "fleet_id": f"demo-{time.time_ns():x}"},
     )
     fleet = Fleet(config, build_policy(config.policy))
@@ -51,7 +48,7 @@ def _simulate(settings: Settings, n_requests: int) -> tuple[str, GroundTruthSumm
 
 def _sink(settings: Settings) -> int:
     """Drain the telemetry topics into the lake once; returns the rows written."""
-    sink = LakeSink(settings.kafka_client_config(), codec(settings), settings.lake, TELEMETRY)
+    sink = LakeSink(settings.kafka_client_config(), codec(settings), settings.lake, CLIENT_TOPICS)
     return sink.run(threading.Event(), until_caught_up=True).rows
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,15 @@ import yaml
 from flywheel.clients import telemetry_client
 from flywheel.console import err, out
 from flywheel.settings import Settings
-from simulator import Fleet, RunReport, build_policy, config_with_overrides, load_config, run_fleet
-
-DEFAULT_CONFIG = Path(str(resources.files("simulator") / "configs" / "default.yaml"))
+from simulator import (
+    DEFAULT_CONFIG_PATH,
+    Fleet,
+    RunReport,
+    build_policy,
+    config_with_overrides,
+    load_config,
+    run_fleet,
+)
 
 
 def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -43,7 +48,7 @@ def _status(report: RunReport) -> str:
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_CONFIG,
+    default=DEFAULT_CONFIG_PATH,
     show_default="simulator/configs/default.yaml",
     help="YAML file with the fleet and hidden-model parameters (docs/simulator.md).",
 )

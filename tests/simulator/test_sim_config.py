@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from simulator import (
+    DEFAULT_CONFIG_PATH,
     SimulatorConfig,
     SimulatorError,
     config_to_dict,
@@ -17,7 +18,7 @@ from simulator import (
 )
 from simulator.config import HiddenModelConfig, UsersConfig
 
-DEFAULT_YAML = Path(__file__).parents[2] / "simulator" / "configs" / "default.yaml"
+DEFAULT_YAML = DEFAULT_CONFIG_PATH
 
 
 def _keys(data: dict[str, object], prefix: str = "") -> set[str]:

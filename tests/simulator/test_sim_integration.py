@@ -10,7 +10,7 @@ from flywheel.clients import telemetry_client
 from flywheel.settings import Settings
 from schemas.events import Event, SuggestionOffered
 from simulator import Fleet, SimulatorConfig, build_policy, config_with_overrides, run_fleet
-from streams.client import ROUTES
+from streams.client import CLIENT_TOPICS, ROUTES
 from tests.readback import end_offsets, read_events
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ class Recording:
 def test_simulated_events_arrive_as_sent(stack: Settings, tmp_path: Path, unique: str) -> None:
     config = config_with_overrides(SimulatorConfig(), {"fleet_id": unique, "seed": 11})
     fleet = Fleet(config, build_policy(config.policy))
-    topics = sorted({topic for topic, _ in ROUTES.values()})
+    topics = list(CLIENT_TOPICS)
     since = end_offsets(stack, topics)
     with telemetry_client(stack, name="sim", spool_dir=tmp_path / "spool") as client:
         recording = Recording(client)

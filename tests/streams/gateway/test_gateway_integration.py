@@ -23,14 +23,14 @@ from starlette.testclient import TestClient
 from flywheel.clients import telemetry_client
 from flywheel.settings import Settings
 from schemas.events import EVENT_TYPES, Event, SuggestionOffered
-from streams.client import ROUTES
+from streams.client import CLIENT_TOPICS, ROUTES
 from streams.gateway.app import create_app
 from streams.gateway.keys import ApiKeyStore, default_key_path
 from tests.readback import Offsets, end_offsets, read_events
 from tests.sample_events import one_of_each
 
 pytestmark = pytest.mark.integration
-TOPICS = sorted({topic for topic, _ in ROUTES.values()})
+TOPICS = list(CLIENT_TOPICS)
 
 
 def read_back(
