@@ -1,1 +1,1 @@
-"""feature_store."""
+"""Features declared once, computed online (stream) and offline (DuckDB as-of joins)."""

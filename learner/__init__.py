@@ -1,1 +1,1 @@
-"""learner."""
+"""The continuous learner: lake → MDS windows → training → off-policy gate → model versions."""

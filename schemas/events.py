@@ -144,6 +144,8 @@ class Reward(Event):
     source_id: str
     session_id: str | None = None
     group_id: str | None = None
+    user_id: str | None = None
+    repo_id: str | None = None
     model_name: str
     model_version: int
     decision: Decision | None = None

@@ -284,6 +284,8 @@ def rewards(
                 source_id=offered.suggestion_id,
                 session_id=offered.session_id,
                 group_id=None,
+                user_id=offered.user_id,
+                repo_id=offered.repo_id,
                 model_name=offered.model_name,
                 model_version=offered.model_version,
                 decision=offered.decision,
