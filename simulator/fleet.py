@@ -7,13 +7,14 @@ events go to a pending heap keyed by (event time, creation order) and leave it o
 request can produce an earlier event. So the whole stream (not only each session) comes out in
 event-time order, identical for the same seed and policy whatever the batch sizes.
 
-Assign ``fleet.policy`` between batches to follow new model versions.
+Assign ``fleet.policy`` between batches to follow new model versions, or ``fleet.router``
+(user id → policy) to split users between versions, as a canary does.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import numpy as np
@@ -46,6 +47,8 @@ class Fleet:
         """``keep_requests``: per-request ground-truth rows to keep (totals are always kept)."""
         self.config = config
         self.policy = policy
+        # user id → policy (canary routing); None serves every request with `policy`.
+        self.router: Callable[[str], Policy] | None = None
         self.producer = f"simulator/{config.fleet_id}"
         self.hidden_model = HiddenModel(config.hidden_model)
         rng = np.random.default_rng([config.seed, _POPULATION_STREAM])
@@ -114,23 +117,22 @@ class Fleet:
         """
         if n_requests < 1:
             raise SimulatorError(f"step needs n_requests ≥ 1, got {n_requests}.")
-        policy = self.policy  # one policy for the whole batch, even if reassigned meanwhile
         requests = self._next_requests(n_requests)
-        shown, propensity = self._decide(policy, requests)
-        name, version = policy.name, policy.version
+        served = self._serve(requests)
         out: list[TimedEvent] = []
         ids: list[str] = []
         codes = np.empty(n_requests, dtype=np.int8)
         secrets = 0
         for j, (active, i) in enumerate(requests):
-            served = Served(name, version, shown[j], propensity[j])
-            suggestion_id, codes[j] = self._builder.build(active, i, served, out)
+            suggestion_id, codes[j] = self._builder.build(active, i, served[j], out)
             ids.append(suggestion_id)
             secrets += active.plan.secrets[i] is not None
             if active.plan.rollout_trigger[i]:
                 out.extend(self._rollouts.group(active.plan.times_ms[i]))
         p_accept = np.array([a.plan.p_accept[i] for a, i in requests])
-        self.ground_truth.record(ids, version, p_accept, np.array(propensity), codes, secrets)
+        versions = np.array([s.model_version for s in served], dtype=np.int64)
+        propensity = np.array([s.propensity for s in served])
+        self.ground_truth.record(ids, versions, p_accept, propensity, codes, secrets)
         self.requests_done += n_requests
         for time_ms, event in out:
             heapq.heappush(self._pending, (time_ms, self._seq, event))
@@ -138,6 +140,29 @@ class Fleet:
         last = requests[-1]
         # Every later request is at ≥ this time and its events at least 1 ms after it.
         return self._pop_until(last[0].plan.times_ms[last[1]])
+
+    def _serve(self, requests: list[tuple[ActiveSession, int]]) -> list[Served]:
+        """Decide each request with its user's policy: ``router`` when set, else ``policy``.
+
+        Requests routed to the same policy object are decided as one batch, so a canary split
+        costs one extra policy call per batch, not one per request.
+        """
+        router, default = self.router, self.policy  # fixed for the batch, even if reassigned
+        if router is None:
+            chosen = [default] * len(requests)
+        else:
+            user_ids = self.population.user_ids
+            chosen = [router(user_ids[a.plan.user]) for a, _ in requests]
+        groups: dict[int, list[int]] = {}
+        for j, policy in enumerate(chosen):
+            groups.setdefault(id(policy), []).append(j)
+        served: list[Served | None] = [None] * len(requests)
+        for members in groups.values():
+            policy = chosen[members[0]]
+            shown, propensity = self._decide(policy, [requests[j] for j in members])
+            for j, show, p in zip(members, shown, propensity, strict=True):
+                served[j] = Served(policy.name, policy.version, show, p)
+        return [s for s in served if s is not None]
 
     def _decide(
         self, policy: Policy, requests: list[tuple[ActiveSession, int]]

@@ -92,6 +92,24 @@ class GroundTruthTable:
     reward: np.ndarray  # float64 realised tab@1
 
 
+def _summarise(
+    p_accept: np.ndarray, outcome: np.ndarray, secrets_planted: int
+) -> GroundTruthSummary:
+    """Totals of one set of requests (arrays of equal length)."""
+    shown = outcome != OutcomeCode.SUPPRESSED
+    margin = p_accept - BREAK_EVEN
+    return GroundTruthSummary(
+        requests=len(outcome),
+        shown=int(shown.sum()),
+        accepted=int(np.isin(outcome, (OutcomeCode.ACCEPTED, OutcomeCode.PARTIAL)).sum()),
+        reward_sum=float(_REWARD[outcome].sum()),
+        expected_reward_sum=float(margin[shown].sum()),
+        oracle_reward_sum=float(np.maximum(margin, 0.0).sum()),
+        p_accept_sum=float(p_accept.sum()),
+        secrets_planted=secrets_planted,
+    )
+
+
 class GroundTruthLog:
     """Accumulates ground truth batch by batch (see the module docstring)."""
 
@@ -105,31 +123,28 @@ class GroundTruthLog:
     def record(
         self,
         suggestion_ids: list[str],
-        version: int,
+        versions: np.ndarray,
         p_accept: np.ndarray,
         propensity: np.ndarray,
         outcome: np.ndarray,
         secrets_planted: int,
     ) -> None:
-        """Add one batch of requests served by model ``version`` (arrays of equal length n)."""
+        """Add one batch of requests; ``versions`` is the model version serving each request.
+
+        All arrays have length n (``versions`` int64).
+        """
+        order = list(dict.fromkeys(int(v) for v in versions))  # versions in order first served
+        for version in order:
+            mine = versions == version
+            # A batch's planted-secret count is not per request: book it on its first version.
+            secrets = secrets_planted if version == order[0] else 0
+            part = _summarise(p_accept[mine], outcome[mine], secrets)
+            self._by_version[version] = self._by_version.get(version, GroundTruthSummary()) + part
         shown = outcome != OutcomeCode.SUPPRESSED
         reward = _REWARD[outcome]
-        margin = p_accept - BREAK_EVEN
-        batch = GroundTruthSummary(
-            requests=len(outcome),
-            shown=int(shown.sum()),
-            accepted=int(np.isin(outcome, (OutcomeCode.ACCEPTED, OutcomeCode.PARTIAL)).sum()),
-            reward_sum=float(reward.sum()),
-            expected_reward_sum=float(margin[shown].sum()),
-            oracle_reward_sum=float(np.maximum(margin, 0.0).sum()),
-            p_accept_sum=float(p_accept.sum()),
-            secrets_planted=secrets_planted,
-        )
-        self._by_version[version] = self._by_version.get(version, GroundTruthSummary()) + batch
         room = self.keep_requests - self._kept
         if room > 0:
             take = slice(0, min(room, len(outcome)))
-            versions = np.full(len(outcome), version, dtype=np.int64)
             columns = (versions, p_accept, shown, propensity, outcome.astype(np.int8), reward)
             self._chunks.append(tuple(column[take] for column in columns))
             self._ids.extend(suggestion_ids[take])

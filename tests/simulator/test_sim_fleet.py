@@ -273,3 +273,20 @@ def test_policy_returning_garbage_is_reported() -> None:
     fleet = Fleet(_small(), FlatPolicy("bad", 1, 2.0))
     with pytest.raises(SimulatorError, match="outside"):
         fleet.step(10)
+
+
+def test_router_splits_users_between_versions() -> None:
+    """A router serves each user with one policy: requests log that version, truth is per version."""
+    production, canary = HeuristicPolicy(version=1), HeuristicPolicy(version=2, show_probability=0.5)
+    fleet = Fleet(SimulatorConfig(), production)
+    canary_users = set(fleet.population.user_ids[::4])
+    fleet.router = lambda user_id: canary if user_id in canary_users else production
+    events = list(fleet.events(3000, batch_size=500))
+    offers = [e for e in events if isinstance(e, SuggestionOffered)]
+    users = {o.user_id: o.model_version for o in offers}
+    assert set(users.values()) == {1, 2}
+    by_version = fleet.ground_truth.by_version()
+    assert sum(s.requests for s in by_version.values()) == 3000
+    assert by_version[2].requests == sum(o.model_version == 2 for o in offers)
+    # The half-showing canary shows a visibly smaller share of its requests.
+    assert by_version[2].shown_per_1000 < by_version[1].shown_per_1000 - 200
