@@ -1,0 +1,139 @@
+"""One view per lake topic: which topics the lake holds and the SQL of their views.
+
+A topic's view reads every visible file of the topic::
+
+    read_parquet('<abs lake>/<topic>/**/*.parquet', hive_partitioning = true,
+                 union_by_name = true, hive_types = {'dt': 'DATE', 'hour': 'INTEGER'})
+
+`*.parquet` never matches the sink's temporary files (`.<name>.<token>.tmp`), so a view sees
+whole files only, also while the sink writes. `union_by_name` unions the columns of files
+written with different schema versions (a column missing from older files reads as NULL), and
+DuckDB re-binds a view at each query, so new columns appear without rebuilding the catalog.
+
+A platform topic (one of `schemas.catalog.TOPIC_VALUE_SCHEMAS`) with no file yet still gets a
+view: an empty one with the columns its Avro schema gives in the lake, so the analyst views over
+it are always creatable and return no rows instead of failing. Other topic directories get a
+view only once they hold a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from analytics.errors import CatalogError
+from processors.lake.arrow_schema import arrow_schema
+from processors.lake.layout import SUFFIX
+from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters (as processors.lake)
+# The lake's hive keys: `dt=YYYY-MM-DD` is the UTC event date, `hour=HH` its UTC hour.
+HIVE_COLUMNS: tuple[tuple[str, str], ...] = (("dt", "DATE"), ("hour", "INTEGER"))
+
+
+@dataclass(frozen=True)
+class TopicView:
+    """The view of one topic: `has_files` False means the empty, schema-typed view."""
+
+    topic: str
+    name: str
+    has_files: bool
+    sql: str  # the SELECT the view is defined as
+
+
+def view_name(topic: str) -> str:
+    """The view of `topic`: '.' and '-' become '_' (`telemetry.suggestions` ->
+    `telemetry_suggestions`), so it is a plain SQL identifier."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic)
+
+
+def sql_string(text: str) -> str:
+    """`text` as a SQL string literal (single quotes doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as a quoted SQL identifier (double quotes doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def topics_with_files(lake: Path) -> list[str]:
+    """Sorted names of the directories under `lake` that hold at least one `*.parquet` file.
+
+    Cheap: it stops at each topic's first file. Names that cannot be Kafka topics and names
+    starting with '.' are skipped. A missing `lake` gives [].
+    """
+    try:
+        entries = list(os.scandir(lake))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CatalogError(f"cannot list the lake {lake}: {exc}; check FLYWHEEL_LAKE") from exc
+    found = []
+    for entry in entries:
+        if entry.name.startswith(".") or not _TOPIC.fullmatch(entry.name):
+            continue
+        if entry.is_dir() and next(_parquet_files(Path(entry.path)), None) is not None:
+            found.append(entry.name)
+    return sorted(found)
+
+
+def _parquet_files(root: Path) -> Iterator[Path]:
+    # os.walk ignores directories vanishing mid-walk (a sink creating them is fine too).
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(SUFFIX) and not name.startswith("."):
+                yield Path(directory) / name
+
+
+def topic_views(lake: Path) -> list[TopicView]:
+    """The topic views of `lake`: every topic with files, then every platform topic without
+    files (typed, empty), sorted by view name. Two topics mapping to one view name (`a.b` and
+    `a_b`) would collide: CatalogError naming both."""
+    lake = lake.absolute()
+    with_files = topics_with_files(lake)
+    views = [TopicView(t, view_name(t), True, parquet_sql(lake, t)) for t in with_files]
+    views += [
+        TopicView(t, view_name(t), False, empty_sql(t))
+        for t in TOPIC_VALUE_SCHEMAS
+        if t not in with_files
+    ]
+    by_name: dict[str, str] = {}
+    for view in views:
+        other = by_name.setdefault(view.name, view.topic)
+        if other != view.topic:
+            raise CatalogError(
+                f"topics {other!r} and {view.topic!r} would both be view {view.name!r}; "
+                f"remove or rename one of their directories under {lake}"
+            )
+    return sorted(views, key=lambda v: v.name)
+
+
+def parquet_sql(lake: Path, topic: str) -> str:
+    """The SELECT over every visible file of `topic` in `lake` (an absolute path)."""
+    pattern = sql_string(str(lake / topic / "**" / f"*{SUFFIX}"))
+    hive_types = ", ".join(f"{sql_string(k)}: {sql_string(t)}" for k, t in HIVE_COLUMNS)
+    # Every interpolated value went through sql_string (quotes doubled): no injection.
+    return (
+        f"SELECT * FROM read_parquet({pattern}, hive_partitioning = true, "  # noqa: S608
+        f"union_by_name = true, hive_types = {{{hive_types}}})"
+    )
+
+
+@functools.cache  # a pure function of the schemas shipped with the code
+def empty_sql(topic: str) -> str:
+    """An empty SELECT with the lake columns of platform `topic` (its Avro fields, `_topic`,
+    `_partition`, `_offset`, then `dt` and `hour`), typed as DuckDB reads them from Parquet."""
+    schema = arrow_schema(load_schema(TOPIC_VALUE_SCHEMAS[topic]))
+    with duckdb.connect() as con:
+        relation = con.from_arrow(schema.empty_table())
+        columns = [(str(n), str(t)) for n, t in zip(relation.columns, relation.types, strict=True)]
+    columns += list(HIVE_COLUMNS)
+    select = ", ".join(f"CAST(NULL AS {t}) AS {quote_identifier(n)}" for n, t in columns)
+    return f"SELECT {select} WHERE false"
