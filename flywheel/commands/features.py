@@ -1,0 +1,348 @@
+"""`flywheel features list|run|serve|get`: the feature store (docs/features.md).
+
+The logic lives in `feature_store/`; this module wires it to settings, Kafka, uvicorn and the
+terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+from rich.table import Column, Table
+
+from flywheel.console import err, out
+from flywheel.errors import FlywheelError
+from flywheel.settings import Settings
+
+DEFAULT_PORT = 8090
+_features_file = click.option(
+    "--features-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Declarations to use. Default: the shipped feature_store/features.yaml.",
+)
+
+
+def _topic_map(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> dict[str, str] | None:
+    if not value:
+        return None
+    mapping = {}
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        topic, _, source = item.partition("=")
+        mapping[topic] = source or topic
+    return mapping
+
+
+def _processor_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        _features_file,
+        click.option(
+            "--topics",
+            callback=_topic_map,
+            default=None,
+            metavar="TOPIC[=SOURCE],...",
+            help="Topics to read, each as itself or as a declared source (a copy of rewards: "
+            "mine=rewards). Default: the declared sources.",
+        ),
+        click.option("--updates-topic", default="features.updates", show_default=True),
+        click.option("--dlq-topic", default="dlq.features", show_default=True),
+        click.option(
+            "--history",
+            default="1h",
+            show_default=True,
+            help="How far behind the latest event online lookups may ask (as_of); bounds memory.",
+        ),
+        click.option(
+            "--flush-every-s",
+            default=1.0,
+            show_default=True,
+            type=click.FloatRange(min=0.01),
+            help="Produce at most one FeatureUpdate per feature and entity this often.",
+        ),
+        click.option("--status-every-s", default=5.0, show_default=True, type=float),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@click.group()
+def features() -> None:
+    """Features declared once, computed online from Kafka and offline from the lake.
+
+    Declarations: feature_store/features.yaml. Python API: feature_store (OnlineFeatureStore,
+    historical_features, feature_matrix); see docs/features.md.
+    """
+
+
+@features.command("list")
+@_features_file
+def list_features(features_file: Path | None) -> None:
+    """Show every declared feature: entity keys, source, aggregation, window, TTL."""
+    from feature_store.declarations import load_features
+
+    table = Table("entity keys", "source", "aggregation", "window", "ttl")
+    table.columns.insert(0, Column("feature", no_wrap=True))  # names stay greppable
+    for f in load_features(features_file):
+        ttl = f"{f.ttl_ms / 3_600_000:g}h"
+        keys = "+".join(f.entity.keys)
+        table.add_row(f.qualified_name, keys, f.source, f.aggregation, f.window, ttl)
+    out.print(table)
+
+
+@features.command()
+@_processor_options
+@click.option("--once", is_flag=True, help="Read the topics to their end, flush and exit.")
+def run(once: bool, **options: Any) -> None:
+    """Compute features online and produce FeatureUpdates (no HTTP; see `serve`).
+
+    Reads the source topics from the beginning (the state is rebuilt from them), prints a
+    status line every --status-every-s and stops on Ctrl-C or, with --once, when caught up.
+    """
+    processor = _processor(**options)
+    stop = _stop_on_signals()
+    out.print(
+        f"[green]features[/] reading {', '.join(processor_topics(processor))}; updates to "
+        f"{options['updates_topic']}{' (once)' if once else '; Ctrl-C to stop'}"
+    )
+    status = processor.run(
+        stop.is_set,
+        lambda s: err.print(s.line()),
+        until_caught_up=once,
+        progress_every_s=options["status_every_s"],
+    )
+    out.print(f"features stopped: {status.records:,} records, {status.updates:,} updates")
+
+
+@features.command()
+@_processor_options
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+def serve(host: str, port: int, **options: Any) -> None:
+    """Compute features online and serve them over HTTP until Ctrl-C.
+
+    GET /features/<entity_type>/<entity_id>, POST /features/<entity_type> (a list of ids),
+    GET /healthz (503 until the processor has caught up).
+    """
+    import uvicorn
+
+    from feature_store.service import create_app
+
+    processor = _processor(**options)
+    sock = _listen(host, port)
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=processor.run,
+        args=(stop.is_set, lambda s: err.print(s.line())),
+        kwargs={"progress_every_s": options["status_every_s"]},
+        name="feature-processor",
+        daemon=True,
+    )
+    worker.start()
+    app = create_app(processor.store, ready=lambda: processor.status.caught_up)
+    out.print(
+        f"[green]features[/] on http://{host}:{port} (GET /features/<type>/<id>, POST "
+        f"/features/<type>, GET /healthz), reading {', '.join(processor_topics(processor))}"
+    )
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
+    finally:
+        sock.close()
+        stop.set()
+        worker.join(timeout=30)
+
+
+@features.command()
+@click.argument("entity_type")
+@click.argument("entity_id")
+@click.option("--features", "names", default=None, help="Comma-separated names (default: all).")
+@click.option("--as-of", default=None, help="Epoch ms or ISO 8601 with a zone. Default: now.")
+@click.option("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}", show_default=True)
+@click.option("--offline", is_flag=True, help="Compute from the lake instead of asking `serve`.")
+@click.option("--lake", type=click.Path(file_okay=False, path_type=Path), default=None)
+@_features_file
+def get(
+    entity_type: str,
+    entity_id: str,
+    names: str | None,
+    as_of: str | None,
+    url: str,
+    offline: bool,
+    lake: Path | None,
+    features_file: Path | None,
+) -> None:
+    """Show one entity's feature values, online (from `flywheel features serve`) or --offline.
+
+    ENTITY_ID joins composite keys with @ (user_language: <user_id>@<language>;
+    model_version: <model_name>@<version>).
+    """
+    wanted = [n.strip() for n in names.split(",")] if names else None
+    if offline:
+        rows = _offline_values(entity_type, entity_id, wanted, as_of, lake, features_file)
+    else:
+        rows = _online_values(url, entity_type, entity_id, wanted, as_of)
+    table = Table(Column("feature", no_wrap=True), "value", "count")
+    for name, value, count in rows:
+        table.add_row(name, "undefined" if value is None else f"{value:.6g}", str(count))
+    out.print(table)
+
+
+def _online_values(
+    url: str, entity_type: str, entity_id: str, names: list[str] | None, as_of: str | None
+) -> list[tuple[str, float | None, int]]:
+    query = {k: v for k, v in {"features": ",".join(names or []), "as_of": as_of}.items() if v}
+    path = f"/features/{urllib.parse.quote(entity_type)}/{urllib.parse.quote(entity_id)}"
+    target = url.rstrip("/") + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    try:
+        with urllib.request.urlopen(target, timeout=10) as response:  # noqa: S310 (http only)
+            body = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        reason = json.loads(exc.read() or b"{}").get("error", exc.reason)
+        raise click.ClickException(f"{exc.code}: {reason}") from None
+    except urllib.error.URLError as exc:
+        raise click.ClickException(
+            f"cannot reach {url} ({exc.reason}); start it with `flywheel features serve`, "
+            "or pass --offline to compute from the lake"
+        ) from None
+    err.print(f"as of {body['as_of']}")
+    return [(n, v["value"], v["count"]) for n, v in body["features"].items()]
+
+
+def _offline_values(
+    entity_type: str,
+    entity_id: str,
+    names: list[str] | None,
+    as_of: str | None,
+    lake: Path | None,
+    features_file: Path | None,
+) -> list[tuple[str, float | None, int]]:
+    import pyarrow as pa
+
+    from feature_store.declarations import load_features
+    from feature_store.offline import historical_features
+
+    feature_set = load_features(features_file)
+    chosen = feature_set.for_entity(entity_type, names)
+    keys = chosen[0].entity.keys if chosen else ()
+    parts = entity_id.split("@", len(keys) - 1) if keys else []
+    if len(parts) != len(keys):
+        raise click.BadParameter(f"{entity_type} ids join {' and '.join(keys)} with @")
+    t = _parse_as_of(as_of)
+    table = pa.table({**{k: [p] for k, p in zip(keys, parts, strict=True)}, "event_time": [t]})
+    if "model_version" in keys:
+        table = table.set_column(
+            keys.index("model_version"),
+            "model_version",
+            pa.array([int(parts[keys.index("model_version")])]),
+        )
+    lake_dir = lake or Settings.from_env().lake
+    result = historical_features(
+        table, [f.qualified_name for f in chosen], lake_dir, feature_set=feature_set
+    ).to_pylist()[0]
+    err.print(f"as of {datetime.fromtimestamp(t / 1000, UTC).isoformat()} from {lake_dir}")
+    return [(f.qualified_name, result[f.qualified_name], result[f"{f.qualified_name}__count"])
+            for f in chosen]  # fmt: skip
+
+
+def _parse_as_of(raw: str | None) -> int:
+    if raw is None:
+        return int(datetime.now(UTC).timestamp() * 1000)
+    if raw.lstrip("-").isdigit():
+        return int(raw)
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise click.BadParameter(f"--as-of {raw!r}: give epoch ms or ISO 8601 with a zone")
+    return int(parsed.timestamp() * 1000)
+
+
+def _processor(
+    features_file: Path | None,
+    topics: dict[str, str] | None,
+    updates_topic: str,
+    dlq_topic: str,
+    history: str,
+    flush_every_s: float,
+    **_: Any,
+) -> Any:
+    """A FeatureProcessor from the CLI options (Kafka imported only here, not for --help)."""
+    from feature_store.declarations import load_features, parse_duration_ms
+    from feature_store.online import OnlineFeatureStore
+    from feature_store.processor import FeatureProcessor
+    from flywheel.clients import codec as make_codec
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    try:
+        history_ms = parse_duration_ms(history)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--history") from None
+    settings = Settings.from_env()
+    try:
+        feature_set = load_features(features_file)
+        codec = make_codec(settings)
+        codec.register("features.updates")  # fails fast, naming the fix, if the registry is down
+        store = OnlineFeatureStore(feature_set, history_ms=history_ms)
+        return FeatureProcessor(
+            settings.kafka_client_config(),
+            codec,
+            store,
+            topics=topics,
+            updates_topic=updates_topic,
+            dlq=dlq_topic,
+            producer_name=f"feature_store.online/{socket.gethostname()}",
+            flush_every_s=flush_every_s,
+        )
+    except FlywheelError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def processor_topics(processor: Any) -> list[str]:
+    return [f"{t}" if t == s else f"{t} (as {s})" for t, s in processor.topics.items()]
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A bound socket for uvicorn, with TCP_NODELAY (inherited by accepted connections): without
+    it Nagle's algorithm and delayed ACKs add ~40 ms to each keep-alive response."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port"
+        ) from None
+    return sock
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
