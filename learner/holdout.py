@@ -1,0 +1,93 @@
+"""The held-out split: a stable hash of ``source_id`` decides which rewards the gate keeps.
+
+A row is held out when ``mix64(fnv1a64(salt + ":" + source_id))`` (64-bit FNV-1a over the UTF-8
+bytes, then the splitmix64 finaliser for uniform high bits) falls below ``fraction * 2**64``. The
+split is a pure function of the id, fixed here rather than borrowed from a library whose hash may
+change between versions, so every process, rerun and window agrees on it and a suggestion is
+never in training data and in the gate's held-out data. :meth:`HoldoutSplit.mask` computes it
+vectorised with numpy over an Arrow string column (~20M ids/s), :meth:`is_held_out` per id.
+Change ``salt`` (never ``fraction`` of a running deployment) to draw a new split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from learner.errors import LearnerError
+
+DEFAULT_FRACTION = 0.2  # 1 in 5 suggestions is held out for the off-policy gate
+DEFAULT_SALT = "flywheel-holdout@1"
+_SPAN = 2**64
+_MASK = _SPAN - 1
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+@dataclass(frozen=True)
+class HoldoutSplit:
+    """Which share of source ids is held out, and the salt that fixes the split."""
+
+    fraction: float = DEFAULT_FRACTION
+    salt: str = DEFAULT_SALT
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fraction < 1.0:
+            raise LearnerError(
+                f"holdout fraction {self.fraction} must be in [0, 1); set holdout.fraction."
+            )
+
+    @property
+    def threshold(self) -> int:
+        """Hash values below this are held out (an unsigned 64-bit integer)."""
+        return min(_SPAN - 1, int(self.fraction * _SPAN))
+
+    def is_held_out(self, source_id: str) -> bool:
+        """True when the row of ``source_id`` belongs to the held-out split."""
+        h = _fnv_scalar(f"{self.salt}:{source_id}".encode(), _FNV_OFFSET)
+        return _mix_scalar(h) < self.threshold
+
+    def mask(self, source_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """(n,) bool: :meth:`is_held_out` of each id (null ids are never held out)."""
+        ids = source_ids.combine_chunks() if isinstance(source_ids, pa.ChunkedArray) else source_ids
+        ids = pc.cast(ids, pa.large_binary())
+        n = len(ids)
+        held = np.zeros(n, dtype=bool)
+        if n == 0:
+            return held
+        valid = np.asarray(ids.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        offsets = np.frombuffer(ids.buffers()[1], dtype=np.int64)[ids.offset : ids.offset + n + 1]
+        data = np.frombuffer(ids.buffers()[2] or b"", dtype=np.uint8)
+        lengths = np.diff(offsets)
+        start = np.uint64(_fnv_scalar(f"{self.salt}:".encode(), _FNV_OFFSET))
+        for length in np.unique(lengths[valid]):
+            rows = np.flatnonzero(valid & (lengths == length))
+            # (m, length) bytes of the ids of this length: one vector op per byte position
+            chars = data[offsets[rows][:, None] + np.arange(length)[None, :]]
+            h = np.full(len(rows), start, dtype=np.uint64)
+            for j in range(int(length)):
+                h ^= chars[:, j].astype(np.uint64)
+                h *= np.uint64(_FNV_PRIME)  # wraps modulo 2**64, as FNV-1a requires
+            held[rows] = _mix_vector(h) < np.uint64(self.threshold)
+        return held
+
+
+def _fnv_scalar(data: bytes, h: int) -> int:
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
+def _mix_scalar(h: int) -> int:
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK
+    return h ^ (h >> 31)
+
+
+def _mix_vector(h: np.ndarray) -> np.ndarray:
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return np.asarray(h ^ (h >> np.uint64(31)))

@@ -1,0 +1,192 @@
+"""The manifest of an MDS dataset: which lake files are in which window (DESIGN §8).
+
+``mds/<dataset>/manifest.json`` is rewritten whole on every change: temp file, fsync, atomic
+rename, fsync of the directory, so a reader sees the old or the new manifest, never a torn one.
+Every window directory also holds its own record (``window.json``, written before the window is
+renamed into place), so a window renamed just before a crash can be adopted on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from learner.errors import LearnerError
+
+MANIFEST_NAME = "manifest.json"
+WINDOW_RECORD_NAME = "window.json"
+FORMAT = "flywheel-mds-manifest@1"
+
+
+@dataclass(frozen=True, order=True)
+class LakeFileRef:
+    """One converted lake file: its Kafka range and its path relative to the lake root."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+    path: str = field(compare=False)
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.topic, self.partition, self.first, self.last)
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """One immutable window: its lake files, row counts and time range.
+
+    ``rows`` went into MDS (training rows); ``heldout_rows`` stayed out (the gate's data);
+    ``skipped_rows`` were other sources or reward functions. Times are epoch milliseconds of the
+    rows' event times (None for a window without suggestion rows).
+    """
+
+    name: str
+    seq: int
+    reward_fn: str
+    context_spec: str
+    files: tuple[LakeFileRef, ...]
+    rows: int
+    heldout_rows: int
+    skipped_rows: int
+    samples: int
+    rows_per_sample: int
+    context_dim: int
+    extra_columns: tuple[str, ...] = ()
+    compression: str | None = None
+    min_event_time_ms: int | None = None
+    max_event_time_ms: int | None = None
+    created_at: str = ""
+    max_attributed_ms: int | None = None  # newest reward in the window (processor clock)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> WindowRecord:
+        try:
+            files = tuple(LakeFileRef(**f) for f in data["files"])
+            values = {**data, "files": files, "extra_columns": tuple(data["extra_columns"])}
+            return WindowRecord(**values)
+        except (KeyError, TypeError) as error:
+            raise LearnerError(
+                f"window record {data.get('name')!r} is malformed ({error}); "
+                "delete the window directory and its manifest entry to rebuild it."
+            ) from error
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """All windows of one dataset, in sequence order."""
+
+    dataset: str
+    reward_fn: str
+    windows: tuple[WindowRecord, ...] = ()
+
+    def converted(self) -> set[tuple[str, int, int, int]]:
+        """(topic, partition, first, last) of every lake file already in a window."""
+        return {f.key for w in self.windows for f in w.files}
+
+    def next_seq(self) -> int:
+        return max((w.seq for w in self.windows), default=-1) + 1
+
+    def with_window(self, window: WindowRecord) -> Manifest:
+        """This manifest plus ``window``; LearnerError if one of its files is already in one."""
+        overlap = self.converted() & {f.key for f in window.files}
+        if overlap:
+            raise LearnerError(
+                f"window {window.name} holds lake files already converted: {sorted(overlap)[:3]}"
+                "; each lake file goes into exactly one window."
+            )
+        windows = sorted([*self.windows, window], key=lambda w: w.seq)
+        return replace(self, windows=tuple(windows))
+
+    def window(self, name: str) -> WindowRecord:
+        for w in self.windows:
+            if w.name == name:
+                return w
+        raise LearnerError(
+            f"dataset {self.dataset!r} has no window {name!r}; known: "
+            f"{[w.name for w in self.windows]}."
+        )
+
+
+def read_manifest(root: Path, dataset: str, reward_fn: str) -> Manifest:
+    """The manifest under ``root`` (an empty one when missing); LearnerError when it belongs to
+    another dataset or reward function, or is not a manifest."""
+    path = root / MANIFEST_NAME
+    if not path.exists():
+        return Manifest(dataset, reward_fn)
+    try:
+        data = json.loads(path.read_text())
+        manifest = Manifest(
+            data["dataset"],
+            data["reward_fn"],
+            tuple(WindowRecord.from_json(w) for w in data["windows"]),
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        raise LearnerError(f"{path} is not a readable manifest ({error}); restore it.") from error
+    if (manifest.dataset, manifest.reward_fn) != (dataset, reward_fn):
+        raise LearnerError(
+            f"{path} is dataset {manifest.dataset!r} with reward_fn {manifest.reward_fn!r}, not "
+            f"{dataset!r} with {reward_fn!r}; use one dataset name per reward function."
+        )
+    return manifest
+
+
+def write_manifest(root: Path, manifest: Manifest) -> None:
+    """Replace ``root/manifest.json`` atomically and durably."""
+    data = {
+        "format": FORMAT,
+        "dataset": manifest.dataset,
+        "reward_fn": manifest.reward_fn,
+        "windows": [w.to_json() for w in manifest.windows],
+    }
+    write_json_atomically(root / MANIFEST_NAME, data)
+
+
+def write_json_atomically(path: Path, data: Mapping[str, Any]) -> None:
+    """Write JSON to a temp file beside ``path``, fsync it, rename it over ``path``, fsync dir."""
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temp, "w") as out:
+            json.dump(data, out, indent=1, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames and new entries in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(directory: Path) -> None:
+    """fsync every file under ``directory`` and the directory itself (before renaming it)."""
+    for path in _files(directory):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(directory)
+
+
+def _files(directory: Path) -> Iterable[Path]:
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            yield Path(parent) / name

@@ -1,0 +1,184 @@
+"""Lake reward files → MDS windows: exactly once, crash recovery, holdout, packing, streams."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from learner.errors import LearnerError
+from learner.holdout import HoldoutSplit
+from learner.offline import write_reward_lake
+from learner.samples import RewardRows, SampleSpec, collate_rows
+from learner.window_manifest import MANIFEST_NAME, read_manifest, write_manifest
+from learner.windows import build_window, load_rows, make_streams, plan_streams
+
+FN = "tab@1"
+
+
+def _rows(n: int, seed: int = 0) -> RewardRows:
+    rng = np.random.default_rng(seed)
+    shown = rng.uniform(size=n) < 0.9
+    accepted = rng.uniform(size=n) < 0.3
+    return RewardRows(
+        source_id=np.array([str(uuid.UUID(int=int(rng.integers(2**62)))) for _ in range(n)]),
+        context=rng.normal(size=(n, 10)).astype(np.float32),
+        shown=shown,
+        propensity=np.where(shown, 0.9, 0.1),
+        reward=np.where(shown, np.where(accepted, 0.75, -0.25), 0.0),
+        model_version=np.zeros(n, dtype=np.int64),
+        event_time_ms=1_736_154_000_000 + np.arange(n) * 1000,
+    )
+
+
+def _read_mds(directory: Path) -> dict[str, np.ndarray]:
+    from streaming.base.format import reader_from_json  # the MDS reader, no shared memory
+
+    index = json.loads((directory / "index.json").read_text())
+    batches: list[dict[str, object]] = []
+    for info in index["shards"]:
+        shard = reader_from_json(str(directory), None, info)
+        batches.extend(shard.get_item(i) for i in range(shard.samples))
+    return {k: v.numpy() for k, v in collate_rows(batches).items()}
+
+
+def test_new_lake_files_become_one_window_and_each_file_is_converted_once(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    a, b = _rows(700, 1), _rows(300, 2)
+    write_reward_lake(lake, a, first_offset=0)
+    write_reward_lake(lake, b, first_offset=700)
+    first = build_window(lake, mds, "gate", FN, rows_per_sample=64)
+    assert first is not None and first.name.startswith("w000000-")
+    assert [(f.first, f.last) for f in first.files] == [(0, 699), (700, 999)]
+    assert first.rows + first.heldout_rows == 1000 and first.skipped_rows == 0
+    assert 100 < first.heldout_rows < 300  # 1 in 5 held out
+    assert first.samples == -(-first.rows // 64)
+    # Times in epoch milliseconds (DuckDB reads timestamps as microseconds).
+    assert first.max_event_time_ms == int(max(a.event_time_ms.max(), b.event_time_ms.max()))
+    assert first.max_attributed_ms is not None
+    assert abs(first.max_attributed_ms / 1000 - time.time()) < 600
+    assert build_window(lake, mds, "gate", FN) is None  # nothing new
+    write_reward_lake(lake, _rows(50, 3), first_offset=1000)
+    second = build_window(lake, mds, "gate", FN, compression="zstd")
+    assert second is not None and second.seq == 1 and len(second.files) == 1
+    manifest = read_manifest(mds / "gate", "gate", FN)
+    assert [w.name for w in manifest.windows] == [first.name, second.name]
+
+
+def test_mds_holds_exactly_the_training_rows_and_the_lake_keeps_the_heldout(
+    tmp_path: Path,
+) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    rows = _rows(777, 4)
+    write_reward_lake(lake, rows)
+    record = build_window(lake, mds, "gate", FN, rows_per_sample=100)
+    assert record is not None
+    train = load_rows(lake, record, reward_fn=FN, holdout=False)
+    held = load_rows(lake, record, reward_fn=FN, holdout=True)
+    split = HoldoutSplit()
+    assert all(split.is_held_out(s) for s in held.source_id)
+    assert not any(split.is_held_out(s) for s in train.source_id)
+    back = _read_mds(mds / "gate" / record.name)  # partial last pack: padding dropped
+    assert len(back["reward"]) == len(train) == record.rows
+    np.testing.assert_allclose(back["features"], train.context)
+    np.testing.assert_allclose(back["reward"], train.reward)
+    np.testing.assert_array_equal(back["shown"], train.shown)
+    np.testing.assert_allclose(back["propensity"], train.propensity, rtol=1e-6)
+
+
+def test_a_crash_after_rename_is_adopted_and_temp_dirs_are_deleted(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    write_reward_lake(lake, _rows(200, 5))
+    record = build_window(lake, mds, "gate", FN)
+    assert record is not None
+    root = mds / "gate"
+    manifest = read_manifest(root, "gate", FN)
+    write_manifest(root, type(manifest)(manifest.dataset, manifest.reward_fn, ()))  # "crash"
+    (root / ".tmp-w000001-deadbeef0000-1234").mkdir()  # a half-written window
+    assert build_window(lake, mds, "gate", FN) is None  # adopted, not converted again
+    assert not list(root.glob(".tmp-*"))
+    assert [w.name for w in read_manifest(root, "gate", FN).windows] == [record.name]
+
+
+def test_other_reward_functions_are_skipped_and_a_manifest_mismatch_is_refused(
+    tmp_path: Path,
+) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    write_reward_lake(lake, _rows(40, 6), reward_fn="survival@1")
+    write_reward_lake(lake, _rows(60, 7), first_offset=40)
+    record = build_window(lake, mds, "gate", FN)
+    assert record is not None and record.skipped_rows == 40
+    assert record.rows + record.heldout_rows == 60
+    with pytest.raises(LearnerError, match="one dataset name per reward function"):
+        build_window(lake, mds, "gate", "survival@1")
+    assert (mds / "gate" / MANIFEST_NAME).exists()
+
+
+def test_a_model_name_keeps_only_that_models_rows(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    write_reward_lake(lake, _rows(50, 9), model_name="other-model")
+    write_reward_lake(lake, _rows(70, 10), first_offset=50)
+    record = build_window(lake, mds, "gate", FN, model_name="suggestion-gate")
+    assert record is not None and record.skipped_rows == 50
+    assert record.rows + record.heldout_rows == 70
+    assert len(record.files) == 2  # both files are converted, whatever they held
+
+
+def test_enrich_adds_feature_columns_recorded_in_the_window(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    write_reward_lake(lake, _rows(150, 8))
+
+    def enrich(table: pa.Table) -> pa.Table:
+        twice = pc.multiply(table.column("reward"), 2.0)
+        return table.append_column("user_recent_reward", twice)
+
+    record = build_window(lake, mds, "gate", FN, enrich=enrich, rows_per_sample=32)
+    assert record is not None and record.extra_columns == ("user_recent_reward",)
+    back = _read_mds(mds / "gate" / record.name)
+    assert back["features"].shape == (record.rows, 11)
+    np.testing.assert_allclose(back["features"][:, 10], 2 * back["reward"])
+
+
+def test_collate_flattens_packed_samples_and_drops_padding() -> None:
+    rows = _rows(10, 9)
+    samples = list(SampleSpec(rows_per_sample=4).pack(rows))
+    assert [s["n_rows"] for s in samples] == [4, 4, 2]
+    batch = collate_rows(samples)
+    assert batch["features"].shape == (10, 10)
+    np.testing.assert_allclose(batch["reward"].numpy(), rows.reward)
+    with pytest.raises(LearnerError, match="context"):
+        list(SampleSpec(context_dim=3).pack(rows))
+
+
+def test_plan_streams_mixes_the_new_window_with_replay(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    offset = 0
+    for i, n in enumerate((100, 300, 200)):
+        write_reward_lake(lake, _rows(n, 10 + i), first_offset=offset)
+        offset += n
+        build_window(lake, mds, "gate", FN)
+    plan = plan_streams(mds, "gate", FN, replay_fraction=0.25)
+    assert [c.window[:7] for c in plan] == ["w000002", "w000000", "w000001"]
+    assert plan[0].proportion == pytest.approx(0.75)
+    assert sum(c.proportion for c in plan) == pytest.approx(1.0)
+    assert plan[2].proportion > plan[1].proportion  # replay share follows rows
+    streams = make_streams(plan)
+    assert len(streams) == 3
+    with pytest.raises(LearnerError, match="build_window"):
+        plan_streams(mds, "empty", FN)
+
+
+def test_holdout_split_is_stable_and_matches_in_bulk() -> None:
+    split = HoldoutSplit(0.25, salt="s")
+    ids = [str(uuid.UUID(int=i)) for i in range(4000)]
+    mask = split.mask(pa.array(ids))
+    assert mask.tolist() == [split.is_held_out(i) for i in ids]
+    assert 0.22 < mask.mean() < 0.28
+    with pytest.raises(LearnerError):
+        HoldoutSplit(1.5)
