@@ -28,9 +28,11 @@ lint: install ## ruff (lint + format check) and mypy (strict on the packages)
 	$(BIN)/mypy
 
 unit: install ## unit tests only: no broker needed
+	@scripts/ensure-system.sh --browser
 	$(BIN)/pytest -m "not integration"
 
 test: lint ## lint, then unit + integration tests (starts the local stack if it is not running)
+	@scripts/ensure-system.sh --browser
 	$(BIN)/pytest
 
 stack-up: install ## start the local broker and registry

@@ -7,8 +7,13 @@ from typing import Any
 import click
 
 from flywheel.commands.demo import demo
+from flywheel.commands.features import features
 from flywheel.commands.gateway import gateway
+from flywheel.commands.learn import learn
+from flywheel.commands.models import models
 from flywheel.commands.process import process
+from flywheel.commands.query import query
+from flywheel.commands.report import report
 from flywheel.commands.simulate import simulate
 from flywheel.commands.sink import sink
 from flywheel.commands.stack import stack
@@ -40,10 +45,15 @@ def cli() -> None:
 cli.add_command(stack)
 cli.add_command(topics)
 cli.add_command(demo)
+cli.add_command(features)
 cli.add_command(gateway)
 cli.add_command(process)
 cli.add_command(simulate)
 cli.add_command(sink)
+cli.add_command(query)
+cli.add_command(report)
+cli.add_command(learn)
+cli.add_command(models)
 
 
 def main() -> None:

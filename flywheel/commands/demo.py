@@ -1,113 +1,123 @@
-"""`flywheel demo`: the main job. For now, the data path of the loop on the local stack.
-
-Stack → topics and schemas → an Avro probe → the simulated IDE fleet through the SDK → the
-lake sink → DuckDB over the Parquet lake, checked against the simulator's ground truth. The
-learning half of the loop (DESIGN §10) joins as its stages land.
-"""
+"""`flywheel demo`: the main job. The closed loop on the local stack, with a result table."""
 
 from __future__ import annotations
 
-import threading
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-import duckdb
+from rich.live import Live
 from rich.table import Table
 
-from flywheel.clients import codec, telemetry_client
 from flywheel.console import err, out
+from flywheel.demo.loop import Demo, DemoOptions, DemoStatus
+from flywheel.demo.results import RunResults
 from flywheel.platform import ensure_infrastructure
+from flywheel.report import write_report
+from flywheel.report.html import COLUMNS, headline_text, version_cells
 from flywheel.settings import Settings
-from processors.lake import LakeSink
-from simulator import (
-    DEFAULT_CONFIG_PATH,
-    Fleet,
-    GroundTruthSummary,
-    build_policy,
-    config_with_overrides,
-    load_config,
-    run_fleet,
-)
-from streams.client import CLIENT_TOPICS
-from streams.probe import round_trip
+from flywheel.signals import stop_on_signals
+from simulator import DEFAULT_CONFIG_PATH
 
 
-def _simulate(settings: Settings, n_requests: int) -> tuple[str, GroundTruthSummary]:
-    """Runs a fresh fleet through the SDK; returns its producer id and ground truth."""
-    config = config_with_overrides(
-        load_config(DEFAULT_CONFIG_PATH),
-        {"sessions.start_time": "now", "fleet_id": f"demo-{time.time_ns():x}"},
+def _status_line(st: DemoStatus, versions: int) -> str:
+    lag = "/".join("?" if x is None else f"{x:,}" for x in (st.joiner_lag, st.sink_lag))
+    canary = f", canary v{st.canary}" if st.canary is not None else ""
+    return (
+        f"{st.elapsed_s / 60:4.1f} min | {st.requests:,} requests, {st.events_per_s:,.0f} events/s"
+        f" | lag joiner/sink {lag} | production v{st.production}{canary}"
+        f" | decided {st.decided}/{versions}, last: {st.last_decision}"
     )
-    fleet = Fleet(config, build_policy(config.policy))
-    with telemetry_client(settings, name="demo") as client:
-        run_fleet(fleet, client, n_requests=n_requests)
-        client.flush(60)
-    return fleet.producer, fleet.ground_truth.summary()
 
 
-def _sink(settings: Settings) -> int:
-    """Drain the telemetry topics into the lake once; returns the rows written."""
-    sink = LakeSink(settings.kafka_client_config(), codec(settings), settings.lake, CLIENT_TOPICS)
-    return sink.run(threading.Event(), until_caught_up=True).rows
-
-
-_ACCEPT_RATE_SQL = """
-    select count(*), count(o.suggestion_id)
-    from read_parquet($suggestions, hive_partitioning = true) s
-    left join (
-        select distinct suggestion_id
-        from read_parquet($outcomes, hive_partitioning = true)
-        where outcome in ('ACCEPTED', 'PARTIAL')
-    ) o using (suggestion_id)
-    where s.decision = 'SHOWN' and s.producer = $producer
-"""
-
-
-def _lake_accept_rate(lake: Path, producer: str) -> tuple[int, float]:
-    """Suggestions `producer` showed and their accept rate, from the Parquet lake alone."""
-    params = {
-        "producer": producer,
-        "suggestions": f"{lake}/telemetry.suggestions/**/*.parquet",
-        "outcomes": f"{lake}/telemetry.outcomes/**/*.parquet",
-    }
-    with duckdb.connect() as con:
-        [(shown, accepted)] = con.execute(_ACCEPT_RATE_SQL, params).fetchall()
-    return int(shown), int(accepted) / shown if shown else 0.0
+def result_table(results: RunResults) -> Table:
+    table = Table(*COLUMNS, title=f"demo run {results.run_id} ({results.model_name})")
+    for v in results.versions:
+        table.add_row(*version_cells(v))
+    return table
 
 
 @click.command()
-@click.option("--requests", "n_requests", default=2_000, show_default=True, type=click.IntRange(1),
-              help="Suggestion requests the simulated fleet makes.")  # fmt: skip
-def demo(n_requests: int) -> None:
-    """Run the loop's data path on the local stack and print what happened at each step."""
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_CONFIG_PATH,
+    show_default="the default simulator config",
+    help="Simulator parameters (YAML), e.g. another hidden user model.",
+)
+@click.option(
+    "--versions",
+    default=6,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Stop once this many model versions are decided (promoted, failed or rolled back).",
+)
+@click.option(
+    "--budget-min",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0.5),
+    help="...or after this many minutes.",
+)
+@click.option(
+    "--rate",
+    "rate_per_s",
+    default=200.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Simulated suggestion requests per second.",
+)
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="Model name to train and serve. Default: gate-<run id>, a fresh model per run.",
+)
+@click.option(
+    "--learner-arg",
+    "learner_args",
+    multiple=True,
+    metavar="OPTION",
+    help="Extra `flywheel learn` option (repeatable), e.g. --learner-arg=--min-rows=2000.",
+)
+def demo(
+    config_path: Path,
+    versions: int,
+    budget_min: float,
+    rate_per_s: float,
+    model_name: str | None,
+    learner_args: tuple[str, ...],
+) -> None:
+    """Run the closed loop on the local stack until VERSIONS models are decided.
+
+    Starts the stack, the simulated IDE fleet (v0 heuristic policy), the reward joiner, the lake
+    sink and the continuous learner; the fleet follows every model the learner publishes. Shows
+    live progress; Ctrl-C stops cleanly. Prints the per-version result table, stores it in the
+    lake (demo.results) and writes an HTML report. The lake, catalog and models stay for
+    `flywheel query` and `flywheel models list`.
+    """
     settings = Settings.from_env()
-    steps = Table("step", "result", "seconds")
+    run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    options = DemoOptions(
+        config_path,
+        versions,
+        budget_min * 60,
+        rate_per_s,
+        model_name or f"gate-{run_id}",
+        run_id,
+        learner_args,
+    )
     with err.status("starting the platform") as status:
-        t = time.perf_counter()
-
-        def step(name: str, result: str) -> None:
-            nonlocal t
-            steps.add_row(name, result, f"{time.perf_counter() - t:.1f}")
-            t = time.perf_counter()
-
-        report = ensure_infrastructure(settings, lambda msg: status.update(msg))
-        where = "local stack" if settings.uses_local_stack else "external cluster"
-        step("stack up", f"{where}: {settings.kafka_bootstrap}")
-        step("topics", f"{len(report.created)} created, {len(report.existing)} existing, "
-                       f"{len(report.drift)} drifted")  # fmt: skip
-        status.update("round-tripping an Avro event")
-        probe = round_trip(settings.kafka_client_config(), settings.registry_url)
-        step("avro round trip", f"{probe.topic}@{probe.offset}, schema id {probe.schema_id}")
-        status.update(f"simulating {n_requests:,} suggestion requests")
-        producer, truth = _simulate(settings, n_requests)
-        step("simulate", f"{truth.requests:,} requests, {truth.shown:,} shown, "
-                         f"accept rate {truth.accept_rate:.3f} (ground truth)")  # fmt: skip
-        status.update("sinking telemetry into the lake")
-        rows = _sink(settings)
-        step("lake sink", f"{rows:,} rows -> {settings.lake}")
-        shown, rate = _lake_accept_rate(settings.lake, producer)
-        step("duckdb", f"{shown:,} shown in the lake, accept rate {rate:.3f} (from Parquet)")
-    out.print(steps)
-    out.print(f"registry: {settings.registry_url}   lake: {settings.lake}")
-    out.print("The learning half of the loop joins this demo as its stages land.")
+        ensure_infrastructure(settings, lambda msg: status.update(msg))
+    stop = stop_on_signals()
+    with Live(console=err, refresh_per_second=2, transient=False) as live:
+        results = Demo(settings, options).run(
+            lambda st: live.update(_status_line(st, versions)), stop
+        )
+    out.print(result_table(results))
+    out.print(headline_text(results))
+    page = write_report(results, settings.home / "demo" / run_id / "report")
+    out.print(f"report: {page}")
+    hint = 'flywheel query "select * from demo_results"'  # a fixed string, not built SQL
+    out.print(f"next: flywheel models list --model {options.model_name}   |   {hint}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import socket
 import threading
 import urllib.error
@@ -17,7 +16,6 @@ import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -26,6 +24,7 @@ from rich.table import Column, Table
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
 from flywheel.settings import Settings
+from flywheel.signals import stop_on_signals
 
 DEFAULT_PORT = 8090
 _features_file = click.option(
@@ -115,7 +114,7 @@ def run(once: bool, **options: Any) -> None:
     status line every --status-every-s and stops on Ctrl-C or, with --once, when caught up.
     """
     processor = _processor(**options)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     out.print(
         f"[green]features[/] reading {', '.join(processor_topics(processor))}; updates to "
         f"{options['updates_topic']}{' (once)' if once else '; Ctrl-C to stop'}"
@@ -335,14 +334,3 @@ def _listen(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port"
         ) from None
     return sock
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-import signal
 import socket
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
 from flywheel.settings import Settings
+from flywheel.signals import stop_on_signals
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from streams.topics import dlq_topic
 
@@ -144,7 +142,7 @@ def sink(
             decode_as=decode_as,
             instance_id=instance_id or f"{socket.gethostname()}-lake-sink",
         )
-        stop = _stop_on_signals()
+        stop = stop_on_signals()
         out.print(
             f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead letters "
             f"to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
@@ -161,15 +159,3 @@ def sink(
         f"sink stopped: {status.rows:,} rows in {status.files:,} files, "
         f"{sum(status.dead_letters.values()):,} dead letters, offsets committed"
     )
-
-
-def _stop_on_signals() -> threading.Event:
-    """An event set by Ctrl-C or SIGTERM: the sink then finishes its batch and closes cleanly."""
-    stop = threading.Event()
-
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop

@@ -276,8 +276,11 @@ def test_policy_returning_garbage_is_reported() -> None:
 
 
 def test_router_splits_users_between_versions() -> None:
-    """A router serves each user with one policy: requests log that version, truth is per version."""
-    production, canary = HeuristicPolicy(version=1), HeuristicPolicy(version=2, show_probability=0.5)
+    """A router serves each user with one policy; requests log it; truth is kept per version."""
+    production, canary = (
+        HeuristicPolicy(version=1),
+        HeuristicPolicy(version=2, show_probability=0.5),
+    )
     fleet = Fleet(SimulatorConfig(), production)
     canary_users = set(fleet.population.user_ids[::4])
     fleet.router = lambda user_id: canary if user_id in canary_users else production

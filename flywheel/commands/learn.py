@@ -1,0 +1,99 @@
+"""`flywheel learn`: the continuous learner (lake → MDS → train → gate → publish → canary)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from flywheel.clients import codec
+from flywheel.console import err
+from flywheel.settings import Settings
+from flywheel.signals import stop_on_signals
+from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
+from learner.loop import ContinuousLearner, LearnerPaths
+from simulator import DEFAULT_CONFIG_PATH as SIMULATOR_CONFIG_PATH
+from simulator import build_policy, load_config
+
+
+def _log(message: str) -> None:
+    err.print(f"{datetime.now(UTC):%H:%M:%S} learner: {message}", highlight=False)
+
+
+@click.command()
+@click.option(
+    "--model",
+    "model_name",
+    default="suggestion-gate",
+    show_default=True,
+    help="Model to train; only its own reward rows (Reward.model_name) are used.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_CONFIG_PATH,
+    show_default="learner/configs/default.yaml",
+    help="Learner recipe (YAML): windows, training budget, gate, canary.",
+)
+@click.option(
+    "--max-versions",
+    type=click.IntRange(1),
+    default=None,
+    help="Stop once this many versions of the model are decided. Default: run until Ctrl-C.",
+)
+@click.option(
+    "--min-rows",
+    type=click.IntRange(1),
+    default=None,
+    help="Override loop.min_new_rows: new training rows needed per version.",
+)
+@click.option("--duration", default=None, help="Override train.duration, e.g. 20ep, 500ba, 90s.")
+def learn(
+    model_name: str,
+    config_path: Path,
+    max_versions: int | None,
+    min_rows: int | None,
+    duration: str | None,
+) -> None:
+    """Turn new lake rewards into gated model versions, continuously.
+
+    Each cycle waits for new Reward files in the lake, converts them into an MDS window, trains
+    the suggestion gate warm-started from production (checkpoints, autoresume), evaluates it
+    off-policy against production on held-out rows, publishes the artifact and its
+    ModelVersionEvents, and canaries a passing version on live traffic before promoting or
+    rolling it back. Restartable at any point; Ctrl-C (or SIGTERM) stops it.
+    """
+    import dataclasses
+
+    settings = Settings.from_env()
+    config = LearnerConfig.load(config_path)
+    if min_rows is not None:
+        config = dataclasses.replace(
+            config, loop=dataclasses.replace(config.loop, min_new_rows=min_rows)
+        )
+    if duration is not None:
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, duration=duration)
+        )
+    fallback = build_policy(load_config(SIMULATOR_CONFIG_PATH).policy)  # v0: the heuristic
+    paths = LearnerPaths(
+        lake=settings.lake,
+        mds_root=settings.home / "mds",
+        models_root=settings.home / "models",
+        runs_root=settings.home / "runs",
+    )
+    stop = stop_on_signals()
+    learner = ContinuousLearner(
+        config,
+        model_name,
+        paths,
+        settings.kafka_client_config(),
+        codec(settings),
+        fallback,
+        log=_log,
+    )
+    _log(f"model {model_name}: lake {paths.lake}, MDS {paths.mds_root}, models {paths.models_root}")
+    results = learner.run(stop, max_versions)
+    _log(f"stopped after {len(results)} version(s) this run")

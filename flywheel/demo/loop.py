@@ -1,0 +1,246 @@
+"""`flywheel demo`: the whole loop on one machine, until enough model versions are decided.
+
+    simulated fleet ──SDK──► telemetry ──► joiner ──► rewards ──► lake sink ──► lake
+          ▲                                             └──► feature processor
+          └── subscriber ◄── models.channels ◄── learner ◄──────────────────────┘
+
+The fleet and its serving subscriber run in this process (the fleet must follow the models);
+the joiner, sink, feature processor and learner are real `flywheel` commands in subprocesses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from flywheel.clients import codec, telemetry_client
+from flywheel.demo.fleet_driver import FleetDriver
+from flywheel.demo.measure import DECIDED, LiveVersions, Timeline, version_results
+from flywheel.demo.results import RunResults
+from flywheel.demo.workers import Workers, WorkerSpec
+from flywheel.settings import Settings
+from learner.policy import load_policy
+from learner.registry import ModelRegistry, VersionState
+from learner.serving import ModelSubscriber
+from schemas.records import decode_time
+from simulator import Fleet, build_policy, config_with_overrides, load_config
+from simulator.policy import Policy
+from streams.client import CLIENT_TOPICS
+from streams.lag import LagProbe
+from streams.serde import AvroCodec, DecodeError
+
+SINK_GROUP = "flywheel.lake-sink"
+JOINER_GROUP = "flywheel.joiner"
+_POLL_S = 1.0
+_SLOW_POLL_S = 5.0  # registry reads and lag probes
+_TIMELINE_S = 10.0
+# The fleet's simulated clock runs ~100x faster than the wall clock, so a second of skew between
+# the joiner's topic fetches is minutes of event time: allow an hour (~40 s of wall clock).
+JOINER_LATENESS_S = 3600
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    config_path: Path  # simulator config
+    versions: int  # stop once this many versions are decided
+    budget_s: float  # ... or after this long
+    rate_per_s: float  # simulated requests per second
+    model_name: str
+    run_id: str
+    learner_args: tuple[str, ...] = ()  # extra `flywheel learn` options
+
+
+@dataclass(frozen=True)
+class DemoStatus:
+    """What the live display shows."""
+
+    elapsed_s: float
+    requests: int
+    events_per_s: float
+    joiner_lag: int | None
+    sink_lag: int | None
+    production: int
+    canary: int | None
+    decided: int
+    last_decision: str
+
+
+def newest_event_time(
+    kafka_config: Mapping[str, Any], codec: AvroCodec, topic: str, timeout_s: float = 10.0
+) -> datetime | None:
+    """Event time of the last record of each partition of ``topic``, the latest of them."""
+    consumer = Consumer({**kafka_config, "group.id": "_flywheel.demo", "enable.auto.commit": False})
+    try:
+        newest: datetime | None = None
+        partitions = consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions
+        for p in partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if high <= 0:
+                continue
+            consumer.assign([TopicPartition(topic, p, high - 1)])
+            msg = consumer.poll(timeout_s)
+            value = None if msg is None or msg.error() else msg.value()
+            if value is None:
+                continue
+            with contextlib.suppress(DecodeError):
+                t = decode_time(codec.decode(topic, value)["event_time"])
+                newest = t if newest is None else max(newest, t)
+        return newest
+    finally:
+        consumer.close()
+
+
+def fleet_start_time(newest: datetime | None, now: datetime, margin: timedelta) -> datetime:
+    """Now, or ``margin`` after the newest telemetry already in Kafka if that is later.
+
+    The joiner's watermark survives restarts: a fleet starting behind an earlier run's simulated
+    clock (which runs faster than the wall clock) would have all its events judged late.
+    """
+    return now if newest is None else max(now, newest + margin)
+
+
+def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
+    return [
+        WorkerSpec(
+            "joiner",
+            ["process", "--status-every-s", "10", "--allowed-lateness-s", str(JOINER_LATENESS_S)],
+        ),
+        WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
+        WorkerSpec(
+            "learner",
+            [
+                "learn",
+                "--model",
+                options.model_name,
+                "--max-versions",
+                str(options.versions),
+                *options.learner_args,
+            ],
+            finishes=True,
+        ),
+    ]
+
+
+class Demo:
+    """One run of the closed loop; :meth:`run` returns its results (also on Ctrl-C)."""
+
+    def __init__(self, settings: Settings, options: DemoOptions) -> None:
+        self.settings, self.options = settings, options
+        self.run_dir = settings.home / "demo" / options.run_id
+        self.started = time.time()
+        self._registry = ModelRegistry(settings.kafka_client_config(), codec(settings))
+        self._states: dict[int, VersionState] = {}
+
+    def _fleet(self) -> Fleet:
+        s = self.settings
+        newest = newest_event_time(s.kafka_client_config(), codec(s), "telemetry.suggestions")
+        start = fleet_start_time(newest, datetime.now(UTC), timedelta(seconds=JOINER_LATENESS_S))
+        config = config_with_overrides(
+            load_config(self.options.config_path),
+            {
+                "sessions.start_time": start.isoformat(),
+                "fleet_id": f"demo-{self.options.run_id}",
+                "policy.model_name": self.options.model_name,
+            },
+        )
+        return Fleet(config, build_policy(config.policy))
+
+    def run(self, show: Callable[[DemoStatus], None], stop: threading.Event) -> RunResults:
+        s, o = self.settings, self.options
+        fleet = self._fleet()
+        subscriber: ModelSubscriber[Policy] = ModelSubscriber(
+            s.kafka_client_config(),
+            codec(s),
+            o.model_name,
+            f"demo-fleet-{o.run_id}",
+            lambda path, version: load_policy(path, o.model_name, version),
+            fleet.policy,
+        )
+        live = LiveVersions(subscriber.route)
+        workers = Workers(self.run_dir / "logs")
+        timeline = Timeline(self.started)
+        probe = LagProbe(s.kafka_client_config())
+        results = RunResults(
+            o.run_id, o.model_name, datetime.now(UTC).isoformat(), str(o.config_path)
+        )
+        client = telemetry_client(s, name=f"demo-{o.run_id}")
+        driver = FleetDriver(fleet, client, o.rate_per_s, live)
+        try:
+            for spec in worker_specs(o):
+                workers.start(spec)
+            subscriber.start()
+            driver.start()
+            self._watch(driver, workers, subscriber, probe, timeline, show, stop)
+        finally:
+            driver.stop()
+            client.close()
+            workers.stop()
+            subscriber.stop()
+            probe.close()
+            results.elapsed_s = time.time() - self.started
+            timeline.sample(fleet.ground_truth.by_version(), time.time())
+            self._states = self._read_states()
+            results.timeline = timeline.points
+            results.versions = version_results(
+                fleet.ground_truth.by_version(), self._states, live.first_served, self.started
+            )
+            results.save(self.run_dir, s.lake)
+        return results
+
+    def _read_states(self) -> dict[int, VersionState]:
+        return self._registry.versions(self.options.model_name)
+
+    def _watch(
+        self,
+        driver: FleetDriver,
+        workers: Workers,
+        subscriber: ModelSubscriber[Policy],
+        probe: LagProbe,
+        timeline: Timeline,
+        show: Callable[[DemoStatus], None],
+        stop: threading.Event,
+    ) -> None:
+        o = self.options
+        lags: tuple[int | None, int | None] = (None, None)
+        next_slow = next_sample = 0.0
+        while not stop.wait(_POLL_S):
+            now = time.time()
+            learner_done = "learner" in workers.check()
+            driver.check()
+            if now >= next_slow:
+                next_slow = now + _SLOW_POLL_S
+                self._states = self._read_states()
+                lags = (
+                    probe.lag(JOINER_GROUP, CLIENT_TOPICS),
+                    probe.lag(SINK_GROUP, CLIENT_TOPICS),
+                )
+            if now >= next_sample:
+                next_sample = now + _TIMELINE_S
+                timeline.sample(driver.fleet.ground_truth.by_version(), now)
+            decided = [v for v in self._states.values() if v.status in DECIDED]
+            snapshot = subscriber.snapshot
+            last = max(self._states.values(), key=lambda v: v.updated_at, default=None)
+            progress = driver.progress()
+            show(
+                DemoStatus(
+                    elapsed_s=now - self.started,
+                    requests=progress.requests,
+                    events_per_s=progress.events_per_s,
+                    joiner_lag=lags[0],
+                    sink_lag=lags[1],
+                    production=subscriber.serving_version,
+                    canary=snapshot.canary.version if snapshot.canary else None,
+                    decided=len(decided),
+                    last_decision=f"v{last.version} {last.status.name}" if last else "none yet",
+                )
+            )
+            if learner_done or len(decided) >= o.versions or now - self.started >= o.budget_s:
+                return

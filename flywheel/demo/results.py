@@ -1,0 +1,140 @@
+"""What a demo run measured, per model version and over time, and where it is kept.
+
+A run's results live in ``$FLYWHEEL_HOME/demo/<run_id>/results.json`` (read by
+``flywheel report``) and, for SQL, in the lake at
+``<lake>/demo.results/dt=YYYY-MM-DD/hour=HH/<run_id>.parquet``
+(one row per version), under the hive-style ``dt=…/hour=…`` folders of every lake table. The realised numbers come from the simulator's ground truth; the gate's
+come from the version's ModelVersionEvents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flywheel.errors import FlywheelError
+
+RESULTS_FILE = "results.json"
+LAKE_TABLE = "demo.results"
+
+
+@dataclass(frozen=True)
+class VersionResult:
+    """One model version's row of the result table (v0 is the heuristic the fleet starts on)."""
+
+    version: int
+    parent_version: int | None
+    requests: int  # requests the version served in the simulated fleet
+    shown_per_1000: float
+    accept_rate: float  # accepted / shown
+    reward_per_request: float  # realised tab@1 per request
+    gate_estimate: float | None  # doubly-robust estimate of the version's value
+    gate_lower: float | None  # its lower confidence bound
+    gate_baseline: float | None  # production's value on the same held-out data
+    decision: str  # last ModelVersionEvent type, e.g. PROMOTED, GATE_FAILED, ROLLED_BACK
+    reason: str | None
+    data_to_live_s: float | None  # newest reward in the window → first served in the fleet
+    decided_at_s: float | None  # seconds after the run started
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Totals one version served during one sampling interval of the run."""
+
+    t_s: float  # end of the interval, seconds after the run started
+    version: int
+    requests: int
+    shown: int
+    accepted: int
+    reward_sum: float
+
+
+@dataclass
+class RunResults:
+    """Everything ``flywheel report`` needs about one demo run."""
+
+    run_id: str
+    model_name: str
+    started_at: str  # ISO 8601
+    config: str  # simulator config file the run used
+    versions: list[VersionResult] = field(default_factory=list)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def final_production(self) -> VersionResult | None:
+        """The newest promoted version, else v0."""
+        promoted = [v for v in self.versions if v.decision == "PROMOTED"]
+        if promoted:
+            return promoted[-1]
+        return next((v for v in self.versions if v.version == 0), None)
+
+    @property
+    def baseline(self) -> VersionResult | None:
+        return next((v for v in self.versions if v.version == 0), None)
+
+    def headline(self) -> tuple[float, float] | None:
+        """(change in shown per 1,000, change in accept rate) of final production vs v0."""
+        base, final = self.baseline, self.final_production
+        if base is None or final is None or not base.shown_per_1000 or not base.accept_rate:
+            return None
+        return (
+            final.shown_per_1000 / base.shown_per_1000 - 1.0,
+            final.accept_rate / base.accept_rate - 1.0,
+        )
+
+    def save(self, run_dir: Path, lake: Path) -> Path:
+        """Write results.json atomically under ``run_dir`` and the version table to the lake."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / RESULTS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        os.replace(tmp, path)
+        if self.versions:
+            table = pa.Table.from_pylist(
+                [
+                    {"run_id": self.run_id, "model_name": self.model_name, **asdict(v)}
+                    for v in self.versions
+                ]
+            )
+            started = datetime.fromisoformat(self.started_at).astimezone(UTC)
+            folder = lake / LAKE_TABLE / f"dt={started:%Y-%m-%d}" / f"hour={started:%H}"
+            target = folder / f"{self.run_id}.parquet"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp_parquet = target.parent / f".{target.name}.tmp"
+            pq.write_table(table, tmp_parquet)
+            os.replace(tmp_parquet, target)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> RunResults:
+        """Read a results.json; FlywheelError naming the fix when missing or malformed."""
+        try:
+            raw: dict[str, Any] = json.loads(path.read_text())
+            versions = [VersionResult(**v) for v in raw.pop("versions")]
+            timeline = [TimelinePoint(**p) for p in raw.pop("timeline")]
+            known = {f.name for f in fields(cls)}
+            return cls(
+                **{k: v for k, v in raw.items() if k in known}, versions=versions, timeline=timeline
+            )
+        except FileNotFoundError as exc:
+            raise FlywheelError(
+                f"no demo results at {path}; run `flywheel demo` first (or pass --run)."
+            ) from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            raise FlywheelError(f"{path} is not a demo results file ({exc}).") from exc
+
+
+def latest_run(demo_dir: Path) -> Path:
+    """results.json of the newest run under ``demo_dir``; FlywheelError if there is none."""
+    runs = sorted(demo_dir.glob(f"*/{RESULTS_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise FlywheelError(f"no demo runs under {demo_dir}; run `flywheel demo` first.")
+    return runs[-1]

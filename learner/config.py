@@ -1,0 +1,121 @@
+"""The learner's recipe configuration: one YAML file, one typed section per stage.
+
+``learner/configs/default.yaml`` holds every key with its default; a file passed with
+``flywheel learn --config`` may set any subset. Unknown keys and wrong values are errors that
+name the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from learner.errors import LearnerError
+from learner.gate import GateConfig
+from learner.holdout import HoldoutSplit
+from learner.objective import ObjectiveConfig
+from learner.policy import GateNetConfig
+
+DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.yaml"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WindowsConfig:
+    """learner.windows.build_window options."""
+
+    topic: str = "rewards"
+    rows_per_sample: int = 64
+    compression: str | None = None
+
+
+@dataclass(frozen=True)
+class StreamsConfig:
+    """learner.windows.plan_streams options: the new windows and the replay mix."""
+
+    replay_fraction: float = 0.3
+    max_replay_windows: int = 8
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """learner.trainer.TrainerConfig options for one version's training run."""
+
+    batch_size: int = 32  # MDS samples per optimizer step
+    duration: str = "20ep"  # Composer-style: ep, ba, sp, tok, s, m, h
+    checkpoint_interval: str = "5ep"
+    microbatch_size: int | str = "auto"
+    lr: float = 0.01
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class CanaryConfig:
+    """Canary rollout: share of users, and when the online comparison decides."""
+
+    traffic_fraction: float = 0.25
+    min_requests: int = 1500  # per arm, before a decision
+    max_requests: int = 20000  # per arm; then promote unless shown worse
+    confidence: float = 0.95
+    tolerance: float = 0.0
+    timeout_s: float = 300.0  # no decision by then → roll back (the canary is not shown better)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """When a new version is trained."""
+
+    min_new_rows: int = 4000  # training rows (held-out excluded) in windows not yet trained on
+    poll_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Every section of a learner config file."""
+
+    reward_fn: str = "tab@1"
+    windows: WindowsConfig = field(default_factory=WindowsConfig)
+    holdout: HoldoutSplit = field(default_factory=HoldoutSplit)
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
+    policy: GateNetConfig = field(default_factory=GateNetConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    canary: CanaryConfig = field(default_factory=CanaryConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+
+    @classmethod
+    def load(cls, path: Path = DEFAULT_CONFIG_PATH) -> LearnerConfig:
+        """Read ``path``; LearnerError naming the file and key for anything it cannot use."""
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise LearnerError(f"cannot read learner config {path}: {exc}") from exc
+        if not isinstance(raw, Mapping):
+            raise LearnerError(f"{path}: expected a mapping of sections at the top level.")
+        return _build(cls, raw, f"{path}")
+
+
+def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
+    known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise LearnerError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}.")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        default = getattr(cls(), name)
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            if not isinstance(value, Mapping):
+                raise LearnerError(f"{where}: {name} must be a mapping of its keys.")
+            values[name] = _build(type(default), value, f"{where}: {name}")
+        else:
+            values[name] = value
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise LearnerError(f"{where}: {exc}") from exc

@@ -1,0 +1,355 @@
+"""`flywheel learn`: the continuous learner, one model version per cycle (DESIGN §8).
+
+    wait for new lake rewards → MDS window(s) → train (warm start from production, autoresume)
+      → off-policy gate → artifact + REGISTERED/GATE_* → canary on the rewards stream
+      → PROMOTED or ROLLED_BACK → repeat
+
+Every step is restartable: windows are converted exactly once (manifest), a training run resumes
+from its newest complete checkpoint (its save directory is named after its new windows), and a
+version left mid-flight by a crash is finished from its state in ``models.versions``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from learner.artifacts import publish_artifact, verify_artifact
+from learner.canary import CanaryMonitor
+from learner.checkpoints import find_resume_checkpoint, load_model_state
+from learner.config import LearnerConfig
+from learner.gate import CanaryVerdict, GateDecision, OffPolicyGate, canary_decision
+from learner.loader import WindowStream
+from learner.objective import GateObjective, fit_reward_model
+from learner.policy import GatePolicyNet, ServingPolicy, load_net, save_policy
+from learner.registry import ModelRegistry, VersionState
+from learner.samples import RewardRows, collate_rows
+from learner.trainer import Trainer, TrainerConfig
+from learner.window_manifest import WindowRecord, read_manifest
+from learner.windows import build_window, load_rows, plan_streams
+from schemas.enums import Channel, ModelEventType
+from schemas.events import LakeOffsetRange, TrainingWindow
+from simulator.policy import Policy
+from streams.serde import AvroCodec
+
+WINDOW_LAST_EVENT_METRIC = "window_last_attributed_ms"
+
+
+@dataclass(frozen=True)
+class LearnerPaths:
+    lake: Path
+    mds_root: Path  # mds/<dataset>/ per model
+    models_root: Path  # models/<model>/<version>/ artifacts
+    runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    version: int
+    decision: ModelEventType
+    reason: str
+
+
+class ContinuousLearner:
+    """Trains, gates and publishes versions of ``model_name`` from the lake's rewards."""
+
+    def __init__(
+        self,
+        config: LearnerConfig,
+        model_name: str,
+        paths: LearnerPaths,
+        kafka_config: Mapping[str, Any],
+        codec: AvroCodec,
+        fallback: Policy,
+        *,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.config, self.model_name, self.paths = config, model_name, paths
+        self._kafka_config, self._codec = dict(kafka_config), codec
+        self.registry = ModelRegistry(kafka_config, codec, producer=f"learner/{model_name}")
+        self.fallback = fallback  # what production is while no version is promoted (v0)
+        self.log = log
+        self.dataset = model_name
+
+    # The loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
+        """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
+        results: list[CycleResult] = []
+        self._finish_interrupted(stop)
+        while not stop.is_set():
+            decided = self._decided_count()
+            if max_versions is not None and decided >= max_versions:
+                self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
+                break
+            new = self._wait_for_windows(stop)
+            if not new:
+                break
+            result = self.cycle(new, stop)
+            if result is not None:
+                results.append(result)
+        return results
+
+    def _decided_count(self) -> int:
+        final = {ModelEventType.PROMOTED, ModelEventType.GATE_FAILED, ModelEventType.ROLLED_BACK}
+        return sum(v.status in final for v in self.registry.versions(self.model_name).values())
+
+    def _trained_windows(self) -> set[str]:
+        return {
+            name
+            for state in self.registry.versions(self.model_name).values()
+            for name in state.events[0].training_window.mds_windows
+        }
+
+    def _wait_for_windows(self, stop: threading.Event) -> list[WindowRecord]:
+        """Build windows from new lake files until untrained windows hold enough rows."""
+        c = self.config
+        trained = self._trained_windows()
+        last_note = 0.0
+        while not stop.is_set():
+            build_window(
+                self.paths.lake,
+                self.paths.mds_root,
+                self.dataset,
+                c.reward_fn,
+                topic=c.windows.topic,
+                split=c.holdout,
+                rows_per_sample=c.windows.rows_per_sample,
+                compression=c.windows.compression,
+                model_name=self.model_name,
+            )
+            manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset, c.reward_fn)
+            new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
+            rows = sum(w.rows for w in new)
+            if rows >= c.loop.min_new_rows:
+                return new
+            if time.monotonic() - last_note > 30:
+                self.log(f"waiting for data: {rows:,} of {c.loop.min_new_rows:,} new rows")
+                last_note = time.monotonic()
+            stop.wait(c.loop.poll_s)
+        return []
+
+    # One version ------------------------------------------------------------------------
+
+    def cycle(self, new: Sequence[WindowRecord], stop: threading.Event) -> CycleResult | None:
+        """Train on ``new`` windows (+ replay), gate, publish, canary; returns the decision."""
+        c = self.config
+        parent_version, parent_net, production = self._production()
+        train_rows = self._rows(new, holdout=False)
+        heldout = self._rows(new, holdout=True)
+        reward_model = fit_reward_model(train_rows)
+        started = time.monotonic()
+        net, loss = self._train(
+            new,
+            parent_net,
+            train_rows,
+            GateObjective(reward_model, c.objective, reference=parent_net),
+        )
+        train_s = time.monotonic() - started
+        version = self.registry.next_version(self.model_name)
+        candidate = ServingPolicy(net, self.model_name, version)
+        decision = OffPolicyGate(c.gate).decide(
+            candidate, production, heldout, reward_model=reward_model
+        )
+        self._register(
+            version,
+            parent_version,
+            net,
+            new,
+            {
+                "train_loss": loss,
+                "train_s": train_s,
+                "train_rows": float(len(train_rows)),
+                "heldout_rows": float(len(heldout)),
+                WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
+            },
+        )
+        return self._gate_and_canary(version, parent_version, decision, stop)
+
+    def _gate_and_canary(
+        self, version: int, parent: int | None, decision: GateDecision, stop: threading.Event
+    ) -> CycleResult:
+        kind = ModelEventType.GATE_PASSED if decision.passed else ModelEventType.GATE_FAILED
+        fields = decision.event_fields()
+        reason = str(fields.pop("reason"))
+        self.registry.record_step(self.model_name, version, kind, reason=reason, **fields)
+        self.log(f"v{version}: {kind.name} — {decision.reason}")
+        if not decision.passed:
+            return CycleResult(version, kind, decision.reason)
+        return self._canary(version, parent or 0, stop)
+
+    def _canary(self, version: int, production: int, stop: threading.Event) -> CycleResult:
+        c = self.config.canary
+        monitor = CanaryMonitor(
+            self._kafka_config,
+            self._codec,
+            self.model_name,
+            self.config.reward_fn,
+            version,
+            production,
+        )
+        self.registry.start_canary(self.model_name, version, c.traffic_fraction)
+        self.log(f"v{version}: canary on {c.traffic_fraction:.0%} of users vs v{production}")
+        deadline = time.monotonic() + c.timeout_s
+        try:
+            while True:
+                monitor.poll(1.0)
+                verdict = canary_decision(
+                    *monitor.rewards(),
+                    min_requests=c.min_requests,
+                    confidence=c.confidence,
+                    tolerance=c.tolerance,
+                    max_requests=c.max_requests,
+                )
+                timed_out = time.monotonic() >= deadline or stop.is_set()
+                if verdict.verdict is not CanaryVerdict.CONTINUE or timed_out:
+                    break
+        finally:
+            monitor.close()
+        if verdict.verdict is CanaryVerdict.PROMOTE:
+            self.registry.promote(self.model_name, version, reason=verdict.reason)
+            self.log(f"v{version}: PROMOTED — {verdict.reason}")
+            return CycleResult(version, ModelEventType.PROMOTED, verdict.reason)
+        why = (
+            verdict.reason
+            if verdict.verdict is CanaryVerdict.ROLLBACK
+            else (f"no decision within the canary's limits ({verdict.reason})")
+        )
+        self.registry.stop_canary(self.model_name, reason=why)
+        self.log(f"v{version}: ROLLED_BACK — {why}")
+        return CycleResult(version, ModelEventType.ROLLED_BACK, why)
+
+    def _finish_interrupted(self, stop: threading.Event) -> None:
+        """Settle a version a crash left undecided (after REGISTERED, GATE_PASSED or canary)."""
+        for state in self.registry.versions(self.model_name).values():
+            if state.status is ModelEventType.REGISTERED:
+                self.registry.record_step(
+                    self.model_name,
+                    state.version,
+                    ModelEventType.GATE_FAILED,
+                    reason="the learner stopped before the gate decided; retrained next cycle",
+                )
+            elif state.status in (ModelEventType.GATE_PASSED, ModelEventType.CANARY_STARTED):
+                if state.status is ModelEventType.CANARY_STARTED:
+                    self.registry.stop_canary(self.model_name, reason="learner restarted")
+                    continue
+                self._canary(state.version, state.parent_version or 0, stop)
+
+    # Pieces -----------------------------------------------------------------------------
+
+    def _production(self) -> tuple[int | None, GatePolicyNet | None, Policy]:
+        """(version, network, serving policy) of production; (None, None, fallback) for v0."""
+        pointer = self.registry.channels(self.model_name).get(Channel.PRODUCTION)
+        if pointer is None:
+            return None, None, self.fallback
+        directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
+        net = load_net(directory)
+        return pointer.version, net, ServingPolicy(net, self.model_name, pointer.version)
+
+    def _rows(self, windows: Sequence[WindowRecord], *, holdout: bool) -> RewardRows:
+        return RewardRows.concat(
+            [
+                load_rows(
+                    self.paths.lake,
+                    w,
+                    reward_fn=self.config.reward_fn,
+                    holdout=holdout,
+                    split=self.config.holdout,
+                )
+                for w in windows
+            ]
+        )
+
+    def _train(
+        self,
+        new: Sequence[WindowRecord],
+        parent: GatePolicyNet | None,
+        rows: RewardRows,
+        task: GateObjective,
+    ) -> tuple[GatePolicyNet, float]:
+        c = self.config
+        save_dir = self.paths.runs_root / self.model_name / new[-1].name
+        init_from = None
+        if parent is not None:  # warm start: the production network's weights
+            save_dir.mkdir(parents=True, exist_ok=True)
+            init_from = save_dir / "init.pt"
+            import torch
+
+            torch.save(parent.state_dict(), init_from)
+
+        def model_factory() -> GatePolicyNet:
+            if parent is not None:
+                return GatePolicyNet(parent.config)
+            net = GatePolicyNet(c.policy)
+            net.set_standardisation(rows.features())
+            return net
+
+        plan = plan_streams(
+            self.paths.mds_root,
+            self.dataset,
+            c.reward_fn,
+            new_windows=len(new),
+            replay_fraction=c.streams.replay_fraction,
+            max_replay_windows=c.streams.max_replay_windows,
+        )
+        t = c.train
+        trainer = Trainer(
+            TrainerConfig(
+                save_dir=save_dir,
+                batch_size=t.batch_size,
+                duration=t.duration,
+                checkpoint_interval=t.checkpoint_interval,
+                microbatch_size=t.microbatch_size,  # type: ignore[arg-type]  # validated by TrainerConfig
+                lr=t.lr,
+                seed=t.seed,
+                init_from=init_from,
+            ),
+            task,
+            model_factory,
+            [WindowStream(local=p.local, proportion=p.proportion) for p in plan],
+            collate=collate_rows,
+        )
+        result = trainer.fit()
+        net = model_factory()
+        ref = find_resume_checkpoint(save_dir)
+        if ref is not None:
+            load_model_state(ref, net)
+        loss = result.losses[-1] if result.losses else float("nan")
+        return net.eval(), loss
+
+    def _register(
+        self,
+        version: int,
+        parent: int | None,
+        net: GatePolicyNet,
+        new: Sequence[WindowRecord],
+        metrics: dict[str, float],
+    ) -> VersionState:
+        with tempfile.TemporaryDirectory() as tmp:
+            save_policy(net, Path(tmp))
+            ref = publish_artifact(self.paths.models_root, self.model_name, version, Path(tmp))
+        ranges = [
+            LakeOffsetRange(topic=f.topic, partition=f.partition, first=f.first, last=f.last)
+            for w in new
+            for f in w.files
+        ]
+        window = TrainingWindow(
+            mds_dataset=self.dataset,
+            mds_windows=tuple(w.name for w in new),
+            lake_ranges=tuple(ranges),
+        )
+        self.registry.register(
+            self.model_name,
+            ref,
+            parent_version=parent,
+            reward_fn=self.config.reward_fn,
+            training_window=window,
+            metrics=metrics,
+            version=version,
+        )
+        return self.registry.version(self.model_name, version)

@@ -1,0 +1,165 @@
+"""The demo report: numbers, files, and plots that really render in headless Chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from flywheel.cli import cli
+from flywheel.demo.results import RunResults, TimelinePoint, VersionResult
+from flywheel.report import write_report
+from flywheel.report.html import headline_text
+
+
+def _version(
+    version: int, decision: str, shown: float, accept: float, **kw: object
+) -> VersionResult:
+    base: dict[str, object] = {
+        "version": version,
+        "parent_version": version - 1 if version else None,
+        "requests": 5000,
+        "shown_per_1000": shown,
+        "accept_rate": accept,
+        "reward_per_request": shown / 1000 * (accept - 0.25),
+        "gate_estimate": None,
+        "gate_lower": None,
+        "gate_baseline": None,
+        "decision": decision,
+        "reason": None,
+        "data_to_live_s": None,
+        "decided_at_s": None,
+    }
+    base.update(kw)
+    return VersionResult(**base)  # type: ignore[arg-type]  # built from a literal dict above
+
+
+def sample_results() -> RunResults:
+    versions = [
+        _version(0, "SERVING", 950.0, 0.30),
+        _version(
+            1,
+            "PROMOTED",
+            700.0,
+            0.40,
+            gate_estimate=0.05,
+            gate_lower=0.03,
+            gate_baseline=0.02,
+            data_to_live_s=40.0,
+            decided_at_s=90.0,
+        ),
+        _version(
+            2,
+            "GATE_FAILED",
+            0.0,
+            0.0,
+            requests=0,
+            gate_estimate=0.01,
+            gate_lower=-0.02,
+            gate_baseline=0.05,
+            decided_at_s=180.0,
+            reason="lower bound < 0",
+        ),
+    ]
+    timeline = [
+        TimelinePoint(
+            t_s=30.0 * i,
+            version=0 if i < 4 else 1,
+            requests=1000,
+            shown=950 if i < 4 else 700,
+            accepted=300,
+            reward_sum=10.0,
+        )
+        for i in range(1, 8)
+    ]
+    return RunResults(
+        "run-1",
+        "suggestion-gate",
+        "2026-12-02T00:00:00+00:00",
+        "default.yaml",
+        versions,
+        timeline,
+        elapsed_s=240.0,
+    )
+
+
+def test_headline_compares_final_production_with_v0() -> None:
+    results = sample_results()
+    shown, accept = results.headline() or (0.0, 0.0)
+    assert shown == pytest.approx(700 / 950 - 1)
+    assert accept == pytest.approx(0.40 / 0.30 - 1)
+    assert "v1 vs v0" in headline_text(results)
+
+
+def test_results_round_trip_and_land_in_the_lake(tmp_path: Path) -> None:
+    results = sample_results()
+    path = results.save(tmp_path / "run", tmp_path / "lake")
+    assert RunResults.load(path) == results
+    [file] = (tmp_path / "lake" / "demo.results").glob("dt=2026-12-02/hour=00/run-1.parquet")
+    table = pq.read_table(file)
+    assert table.column("version").to_pylist() == [0, 1, 2]
+    assert table.column("decision").to_pylist()[1] == "PROMOTED"
+
+
+def test_report_writes_every_plot(tmp_path: Path) -> None:
+    page = write_report(sample_results(), tmp_path)
+    text = page.read_text()
+    for name in ("timeline", "reward", "gate", "cadence"):
+        png = tmp_path / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="{name}.png"' in text
+    assert "GATE_FAILED" in text and "+" in headline_text(sample_results())
+
+
+def test_report_command_reads_the_newest_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
+    sample_results().save(tmp_path / "demo" / "run-1", tmp_path / "lake")
+    result = CliRunner().invoke(cli, ["report"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "demo" / "run-1" / "report" / "index.html").exists()
+
+
+def test_report_without_runs_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLYWHEEL_HOME", str(tmp_path))
+    result = CliRunner().invoke(cli, ["report"])
+    assert result.exit_code == 1
+    assert "flywheel demo" in result.output and "Traceback" not in result.output
+
+
+def test_plots_render_in_headless_chromium(tmp_path: Path) -> None:
+    """Chromium loads the page from disk (no server) and decodes every plot."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail(
+            "chromium is missing: run `make test` (it installs it) or apt-get install chromium"
+        )
+    page = write_report(sample_results(), tmp_path / "report")
+    dom = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert 'data-ready="true"' in dom
+    assert dom.count('data-loaded="true"') == 4
+    assert 'data-loaded="false"' not in dom
