@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from flywheel.durable import fsync_dir, fsync_file
 from learner.errors import LearnerError
 
 MANIFEST = "manifest.json"
@@ -133,7 +134,7 @@ def publish_artifact(
             if target.exists():  # a concurrent publisher won the race
                 return _existing(target, sha256, model_name, version)
             raise
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ArtifactRef(uri_of_path(target), sha256)
@@ -217,7 +218,7 @@ def _copy_synced(source: Path, staging: Path, manifest: bytes) -> None:
             continue
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, destination)
-        _fsync_file(destination)
+        fsync_file(destination)
     if build_manifest(staging) != manifest:
         raise ArtifactError(f"{source} changed while it was being published; publish it again")
     with open(staging / MANIFEST, "wb") as f:
@@ -225,21 +226,4 @@ def _copy_synced(source: Path, staging: Path, manifest: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     for directory in sorted({p.parent for p in staging.rglob("*")}, reverse=True):
-        _fsync_dir(directory)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    # A directory's entries (the new names) are durable only once the directory is fsynced.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(directory)

@@ -3,13 +3,22 @@
 A monitor starts reading every partition of the rewards topic at its end when the canary
 starts, so it only counts rewards attributed while both versions serve, and keeps the per-request
 rewards of the two versions (suggestion rewards of one reward function and model).
+
+Users are split between the arms by a stable hash, so the arms hold *different users*; with
+heavy-tailed activity a handful of users dominates each arm, and a raw comparison of the arms'
+means mostly measures who landed where. The comparison is therefore CUPED-adjusted: each reward
+minus theta times its user's pre-canary mean reward under production (from the lake), with theta
+the within-arm regression coefficient (ANCOVA). The adjustment has mean zero across users, so
+it removes the user mix from the difference without biasing it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
@@ -34,7 +43,11 @@ class CanaryMonitor:
     ) -> None:
         self._codec, self._topic = codec, topic
         self._model, self._fn = model_name, reward_fn
-        self._arms: dict[int, list[float]] = {canary_version: [], production_version: []}
+        # version → [(user_id, reward)] per request
+        self._arms: dict[int, list[tuple[str | None, float]]] = {
+            canary_version: [],
+            production_version: [],
+        }
         self.canary_version, self.production_version = canary_version, production_version
         self._consumer = Consumer(
             {**kafka_config, "group.id": "_flywheel.canary", "enable.auto.commit": False}
@@ -60,16 +73,64 @@ class CanaryMonitor:
                 and r["reward_fn"] == self._fn
                 and r["source"] == "SUGGESTION"
             ):
-                arm.append(float(r["reward"]))
+                arm.append((r.get("user_id"), float(r["reward"])))
                 counted += 1
         return counted
 
-    def rewards(self) -> tuple[np.ndarray, np.ndarray]:
-        """(canary rewards, production rewards), one value per request."""
-        return (
-            np.asarray(self._arms[self.canary_version]),
-            np.asarray(self._arms[self.production_version]),
-        )
+    def rewards(self, baseline: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(canary rewards, production rewards), one value per request; CUPED-adjusted by the
+        users' pre-canary mean rewards when ``baseline`` (user_id → mean) is given."""
+        arms = [self._arms[self.canary_version], self._arms[self.production_version]]
+        ys = [np.array([r for _, r in arm], dtype=np.float64) for arm in arms]
+        if not baseline:
+            return ys[0], ys[1]
+        prior = float(np.mean(list(baseline.values())))
+        xs = [np.array([baseline.get(u or "", prior) for u, _ in arm]) for arm in arms]
+        canary, production = cuped_adjust(list(zip(ys, xs, strict=True)))
+        return canary, production
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def cuped_adjust(
+    arms: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> list[np.ndarray]:
+    """Each arm's ``y - theta (x - mean x)``; ``arms`` holds (y, x) per arm.
+
+    ``y``: per-request outcomes; ``x``: the same request's user's pre-period covariate.
+    ``theta`` is the *within-arm* regression coefficient (ANCOVA): estimated across arms it
+    would absorb part of the treatment effect whenever x is imbalanced between the arms. With
+    no usable x variation the outcomes come back unchanged.
+    """
+    sxy = sxx = 0.0
+    for y, x in arms:
+        if len(y) >= 2:
+            sxy += float(np.sum((x - x.mean()) * (y - y.mean())))
+            sxx += float(np.sum((x - x.mean()) ** 2))
+    if sxx == 0.0:
+        return [y for y, _ in arms]
+    theta = sxy / sxx
+    centre = float(np.concatenate([x for _, x in arms]).mean())
+    return [y - theta * (x - centre) for y, x in arms]
+
+
+def user_baselines(
+    files: Sequence[Path], model_name: str, version: int, reward_fn: str
+) -> dict[str, float]:
+    """Mean suggestion reward per user (pseudonym) under ``version`` in the lake ``files``."""
+    if not files:
+        return {}
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "select user_id, avg(reward) from read_parquet($files, union_by_name = true) "
+            "where source = 'SUGGESTION' and model_name = $model and model_version = $version "
+            "and reward_fn = $fn and user_id is not null group by user_id",
+            {
+                "files": [str(f) for f in files],
+                "model": model_name,
+                "version": version,
+                "fn": reward_fn,
+            },
+        ).fetchall()
+    return {str(user): float(mean) for user, mean in rows}

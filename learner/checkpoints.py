@@ -38,6 +38,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from flywheel.durable import fsync_dir
 from learner.distributed import DistributedContext, barrier, broadcast_text
 from learner.errors import LearnerError
 
@@ -60,14 +61,6 @@ class CheckpointRef:
 
     path: Path
     step: int
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -225,17 +218,17 @@ class CheckpointStore:
         _write_durably(temp / TRAINER_STATE_NAME, json.dumps(dict(trainer_state)).encode())
         marker = {"step": step, "world_size": self.ctx.world_size, "written_at": time.time()}
         _write_durably(temp / MARKER_NAME, json.dumps(marker).encode())
-        _fsync_dir(temp)
+        fsync_dir(temp)
         _test_pause()
         if final.exists():  # an earlier run's copy of this step: the new one replaces it
             shutil.rmtree(final)
         os.rename(temp, final)
-        _fsync_dir(self.save_dir)
+        fsync_dir(self.save_dir)
         _test_pause()
         pointer = self.save_dir / f"{LATEST_NAME}.tmp-{temp.name.rsplit('-', 1)[-1]}"
         _write_durably(pointer, f"{final.name}\n".encode())
         os.replace(pointer, self.save_dir / LATEST_NAME)
-        _fsync_dir(self.save_dir)
+        fsync_dir(self.save_dir)
         for old in list_complete(self.save_dir)[: -self.keep]:
             shutil.rmtree(old.path, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from learner.artifacts import publish_artifact, verify_artifact
-from learner.canary import CanaryMonitor
+from learner.canary import CanaryMonitor, user_baselines
 from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import LearnerConfig
 from learner.gate import CanaryVerdict, GateDecision, OffPolicyGate, canary_decision
@@ -183,8 +183,18 @@ class ContinuousLearner:
             return CycleResult(version, kind, decision.reason)
         return self._canary(version, parent or 0, stop)
 
+    def _baseline(self, production: int) -> dict[str, float]:
+        """Users' mean reward under ``production`` in the newest windows (CUPED covariate)."""
+        c = self.config
+        manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset, c.reward_fn)
+        recent = manifest.windows[-c.streams.max_replay_windows :]
+        files = [self.paths.lake / f.path for w in recent for f in w.files]
+        return user_baselines([f for f in files if f.exists()], self.model_name, production,
+                              c.reward_fn)  # fmt: skip
+
     def _canary(self, version: int, production: int, stop: threading.Event) -> CycleResult:
         c = self.config.canary
+        baseline = self._baseline(production)
         monitor = CanaryMonitor(
             self._kafka_config,
             self._codec,
@@ -211,15 +221,18 @@ class ContinuousLearner:
                     break
         finally:
             monitor.close()
+        adjusted = " (CUPED-adjusted for each arm's users)" if baseline else ""
         if verdict.verdict is CanaryVerdict.PROMOTE:
-            self.registry.promote(self.model_name, version, reason=verdict.reason)
-            self.log(f"v{version}: PROMOTED — {verdict.reason}")
-            return CycleResult(version, ModelEventType.PROMOTED, verdict.reason)
-        why = (
-            verdict.reason
-            if verdict.verdict is CanaryVerdict.ROLLBACK
-            else (f"no decision within the canary's limits ({verdict.reason})")
-        )
+            why = verdict.reason + adjusted
+            self.registry.promote(self.model_name, version, reason=why)
+            self.log(f"v{version}: PROMOTED — {why}")
+            return CycleResult(version, ModelEventType.PROMOTED, why)
+        if verdict.verdict is CanaryVerdict.ROLLBACK:
+            why = verdict.reason + adjusted
+        elif stop.is_set():
+            why = f"the learner stopped during the canary ({verdict.reason}{adjusted})"
+        else:
+            why = f"no decision within the canary's limits ({verdict.reason}{adjusted})"
         self.registry.stop_canary(self.model_name, reason=why)
         self.log(f"v{version}: ROLLED_BACK — {why}")
         return CycleResult(version, ModelEventType.ROLLED_BACK, why)

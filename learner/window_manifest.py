@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from flywheel.durable import fsync_dir, write_durably
 from learner.errors import LearnerError
 
 MANIFEST_NAME = "manifest.json"
@@ -152,27 +152,8 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
 
 
 def write_json_atomically(path: Path, data: Mapping[str, Any]) -> None:
-    """Write JSON to a temp file beside ``path``, fsync it, rename it over ``path``, fsync dir."""
-    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(temp, "w") as out:
-            json.dump(data, out, indent=1, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames and new entries in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Replace ``path`` with ``data`` as JSON, atomically and durably."""
+    write_durably(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def fsync_tree(directory: Path) -> None:

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from flywheel.durable import fsync_dir
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
 from learner.samples import RewardRows, SampleSpec
@@ -41,7 +42,6 @@ from learner.window_manifest import (
     LakeFileRef,
     Manifest,
     WindowRecord,
-    fsync_dir,
     fsync_tree,
     read_manifest,
     write_json_atomically,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from flywheel.durable import fsync_dir
 from flywheel.errors import FlywheelError
 
 _LENGTH = struct.Struct(">I")
@@ -94,24 +95,16 @@ class Spool:
             f.flush()
             os.fsync(f.fileno())
         tmp.rename(segment)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._next += 1
         return segment
 
     def remove(self, segment: Path) -> None:
         segment.unlink(missing_ok=True)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def close(self) -> None:
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
             self._lock = None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,9 +2,9 @@
 
 A run's results live in ``$FLYWHEEL_HOME/demo/<run_id>/results.json`` (read by
 ``flywheel report``) and, for SQL, in the lake at
-``<lake>/demo.results/dt=YYYY-MM-DD/hour=HH/<run_id>.parquet``
-(one row per version), under the hive-style ``dt=…/hour=…`` folders of every lake table. The realised numbers come from the simulator's ground truth; the gate's
-come from the version's ModelVersionEvents.
+``<lake>/demo.results/dt=YYYY-MM-DD/hour=HH/<run_id>.parquet`` (one row per version; the
+hive-style folders every lake table has). The realised numbers come from the simulator's ground
+truth; the gate's come from the version's ModelVersionEvents.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flywheel.durable import fsync_dir
 from processors.lake.layout import temp_path
 
 COMPRESSION = "zstd"
@@ -56,12 +57,3 @@ def make_dirs_durably(directory: Path) -> None:
     for path in reversed(missing):
         path.mkdir(exist_ok=True)  # exist_ok: another writer may create it at the same time
         fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make the entries of `directory` (creations, renames) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
