@@ -7,10 +7,12 @@ from typing import Any
 import click
 
 from flywheel.commands.demo import demo
+from flywheel.commands.doctor import doctor
 from flywheel.commands.features import features
 from flywheel.commands.gateway import gateway
 from flywheel.commands.learn import learn
 from flywheel.commands.models import models
+from flywheel.commands.privacy import privacy
 from flywheel.commands.process import process
 from flywheel.commands.query import query
 from flywheel.commands.report import report
@@ -54,6 +56,8 @@ cli.add_command(query)
 cli.add_command(report)
 cli.add_command(learn)
 cli.add_command(models)
+cli.add_command(doctor)
+cli.add_command(privacy)
 
 
 def main() -> None:

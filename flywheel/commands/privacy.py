@@ -1,0 +1,53 @@
+"""`flywheel privacy erase|retain`: remove a user's rows from the lake; apply lake retention."""
+
+from __future__ import annotations
+
+import click
+
+from flywheel import clients
+from flywheel.console import out
+from flywheel.settings import Settings
+from processors.lake.erasure import erase_user, retain
+
+
+@click.group()
+def privacy() -> None:
+    """Erasure and retention of lake data (docs/operations.md)."""
+
+
+@privacy.command()
+@click.option("--user", "user", required=True, help="The user's pseudonym (as stored).")
+@click.option(
+    "--raw", is_flag=True,
+    help="--user is the raw id: pseudonymize it with the platform key (FLYWHEEL_PSEUDONYM_KEY).",
+)  # fmt: skip
+def erase(user: str, raw: bool) -> None:
+    """Remove every lake row of a user and record the erasure in lake/privacy.erasures.
+
+    Files are rewritten atomically under their own names (offset ranges stay valid). Kafka
+    topics keep the user's events until their retention deletes them; the online feature
+    server forgets them when it rebuilds from the topics (docs/operations.md).
+    """
+    settings = Settings.from_env()
+    user_id = clients.pseudonymizer(settings).pseudonym("user", user) if raw else user
+    report = erase_user(settings.lake, user_id)
+    for topic, rows in report.rows_removed.items():
+        out.print(f"{topic:<24} {rows:>8,} rows removed")
+    out.print(
+        f"erasure {report.erasure_id}: {sum(report.rows_removed.values()):,} rows in "
+        f"{len(report.files_rewritten)} files; audit record {report.audit_path}"
+    )
+
+
+@privacy.command("retain")
+@click.option(
+    "--days", required=True, type=click.FloatRange(min=0, min_open=True),
+    help="Delete lake hour folders whose hour ended more than this many days ago.",
+)  # fmt: skip
+def retain_(days: float) -> None:
+    """Delete whole lake hour folders older than --days (each partition's newest file stays)."""
+    settings = Settings.from_env()
+    report = retain(settings.lake, days)
+    for folder in report.kept_for_resume:
+        out.print(f"kept {folder}: it holds a partition's newest file (the sink resumes from it)")
+    out.print(f"{len(report.deleted)} hour folders deleted from {settings.lake}")
