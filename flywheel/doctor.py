@@ -11,14 +11,14 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from flywheel.errors import FlywheelError
-from flywheel.settings import MASK, Settings, SettingsError, is_secret
+from flywheel.settings import MASK, Settings, SettingsError, is_secret, public_url
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema, subject_for
 from schemas.compatibility import can_read
 from schemas.errors import SchemaError
@@ -44,17 +44,6 @@ class CheckResult:
     ok: bool
     detail: str
     fix: str = ""
-
-
-def public_url(url: str) -> str:
-    """`url` without user info (`https://user:pw@host` -> `https://host`), safe to print."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    netloc = parts.hostname or ""
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def check_config(env: Mapping[str, str] | None = None) -> tuple[CheckResult, Settings | None]:

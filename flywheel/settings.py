@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from flywheel.errors import FlywheelError
 
@@ -18,6 +19,17 @@ MASK = "****"
 
 class SettingsError(FlywheelError):
     """A FLYWHEEL_* variable is malformed or inconsistent."""
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info (``https://user:pw@host`` → ``https://host``), safe to print."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def is_secret(name: str) -> bool:
@@ -122,6 +134,6 @@ class Settings:
     def __repr__(self) -> str:
         return (
             f"Settings(home={str(self.home)!r}, lake={str(self.lake)!r}, "
-            f"bootstrap={self.kafka_bootstrap!r}, registry={self.registry_url!r}, "
+            f"bootstrap={self.kafka_bootstrap!r}, registry={public_url(self.registry_url)!r}, "
             f"local_stack={self.uses_local_stack}, kafka_config={self.masked_kafka_config()!r})"
         )

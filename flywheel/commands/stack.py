@@ -9,7 +9,7 @@ from rich.table import Table
 
 from flywheel.console import err, out
 from flywheel.platform import ensure_infrastructure
-from flywheel.settings import Settings
+from flywheel.settings import Settings, public_url
 from streams.admin import TopicReport
 from streams.stack.local import LocalStack
 
@@ -22,7 +22,8 @@ def stack() -> None:
 def _external_note(settings: Settings) -> None:
     out.print(
         f"External cluster configured (FLYWHEEL_BOOTSTRAP_SERVERS={settings.kafka_bootstrap}, "
-        f"FLYWHEEL_SCHEMA_REGISTRY_URL={settings.registry_url}): no local stack is managed."
+        f"FLYWHEEL_SCHEMA_REGISTRY_URL={public_url(settings.registry_url)}): "
+        "no local stack is managed."
     )
 
 

@@ -66,3 +66,16 @@ def test_settings_are_frozen() -> None:
     s = Settings.from_env({})
     with pytest.raises(AttributeError):
         s.home = Path("/elsewhere")  # type: ignore[misc]
+
+
+def test_repr_hides_a_password_in_the_registry_url() -> None:
+    from flywheel.settings import Settings
+
+    settings = Settings.from_env(
+        {
+            "FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092",
+            "FLYWHEEL_SCHEMA_REGISTRY_URL": "https://alice:hunter2@registry:8081",
+        }
+    )
+    assert "hunter2" not in repr(settings)
+    assert "registry:8081" in repr(settings)
