@@ -7,7 +7,9 @@ from flywheel.cli import cli
 def test_help_lists_the_commands() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for command in ("stack", "topics", "demo", "gateway", "simulate", "sink", "process"):
+    commands = ("stack", "topics", "demo", "gateway", "simulate", "sink", "process", "features",
+                "query", "learn", "models", "report", "doctor", "privacy")  # fmt: skip
+    for command in commands:
         assert command in result.output
 
 
@@ -15,7 +17,9 @@ def test_help_lists_the_commands() -> None:
     "args",
     [["stack", "--help"], ["stack", "up", "--help"], ["stack", "down", "--help"],
      ["stack", "status", "--help"], ["topics", "create", "--help"], ["topics", "list", "--help"],
-     ["demo", "--help"], ["simulate", "--help"], ["sink", "--help"], ["process", "--help"]],
+     ["demo", "--help"], ["simulate", "--help"], ["sink", "--help"], ["process", "--help"],
+     ["learn", "--help"], ["report", "--help"], ["query", "--help"], ["models", "--help"],
+     ["features", "--help"], ["doctor", "--help"], ["privacy", "--help"]],
 )  # fmt: skip
 def test_every_command_has_help(args: list[str]) -> None:
     result = CliRunner().invoke(cli, args)
