@@ -1,0 +1,39 @@
+"""The learner benchmark of issue 6: MDS conversion, then CPU (or GPU) training throughput.
+
+Runs the two focused benchmarks one after the other, each reporting against its own baseline
+measured in the same run:
+
+* ``bench/learner_mds.py``: ``build_window`` rows/s vs a bare read → pack → ``MDSWriter``
+  pipeline and vs ``MDSWriter`` alone (target >= 0.5x);
+* ``bench/learner_train.py``: Trainer rows/s over MDS samples vs a plain in-memory tensor loop
+  (on CUDA when there is one, so data loading shows up if it is the bottleneck).
+
+    .venv/bin/python bench/learner.py [--rows 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="reward rows to convert")
+    parser.add_argument("--steps", type=int, default=150, help="training steps")
+    args = parser.parse_args()
+    runs = [
+        [HERE / "learner_mds.py", "--rows", str(args.rows), "--rounds", "3"],
+        [HERE / "learner_train.py", "--steps", str(args.steps)],
+    ]
+    for run in runs:
+        print(f"== {run[0].name}", flush=True)
+        subprocess.run([sys.executable, *map(str, run)], check=True, cwd=HERE.parent)
+
+
+if __name__ == "__main__":
+    main()
