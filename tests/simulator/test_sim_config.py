@@ -200,3 +200,11 @@ def test_override_with_bad_text_names_key() -> None:
 def test_sections_can_be_built_directly() -> None:
     with pytest.raises(SimulatorError, match=r"'users\.n_users': 0 must be ≥ 1"):
         UsersConfig(n_users=0)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(DEFAULT_CONFIG_PATH.parent.glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_shipped_config_loads(path: Path) -> None:
+    config = load_config(path)
+    assert config.users.n_users > 0
