@@ -1,6 +1,6 @@
 """Online feature lookup latency: Python API and HTTP (uvicorn), p50 / p99.
 
-    .venv/bin/python bench/features.py [--users 10000] [--events 300000] [--lookups 20000]
+    .venv/bin/python -m bench.features [--users 10000] [--events 300000] [--lookups 20000]
 
 Builds an OnlineFeatureStore from synthetic tab@1 rewards (no broker), then times single and
 batched lookups in-process, the simulator's path (online_features + feature_matrix for a batch),

@@ -8,7 +8,10 @@ measured in the same run:
 * ``bench/learner_train.py``: Trainer rows/s over MDS samples vs a plain in-memory tensor loop
   (on CUDA when there is one, so data loading shows up if it is the bottleneck).
 
-    .venv/bin/python bench/learner.py [--rows 200000]
+    .venv/bin/python -m bench.learner [--rows 200000]
+
+Run the bench scripts as modules (``python -m bench.<name>`` from the repository root): as files,
+``bench/`` would come first on ``sys.path`` and this file would shadow the ``learner`` package.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150, help="training steps")
     args = parser.parse_args()
     runs = [
-        [HERE / "learner_mds.py", "--rows", str(args.rows), "--rounds", "3"],
-        [HERE / "learner_train.py", "--steps", str(args.steps)],
+        ["bench.learner_mds", "--rows", str(args.rows), "--rounds", "3"],
+        ["bench.learner_train", "--steps", str(args.steps)],
     ]
-    for run in runs:
-        print(f"== {run[0].name}", flush=True)
-        subprocess.run([sys.executable, *map(str, run)], check=True, cwd=HERE.parent)
+    for module, *options in runs:
+        print(f"== {module}", flush=True)
+        subprocess.run([sys.executable, "-m", module, *options], check=True, cwd=HERE.parent)
 
 
 if __name__ == "__main__":

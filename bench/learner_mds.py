@@ -12,8 +12,8 @@ its parent on the held-out rows; it then serves. Every version (and a planted re
 shows exactly what the candidate suppresses) is also evaluated on fresh, paired requests
 (another seed) against the hidden P(accept): shown per 1,000, accept rate, expected reward.
 
-    .venv/bin/python bench/learner_mds.py --rows 200000 --rounds 3
-    .venv/bin/python bench/learner_mds.py --study --versions 6 --requests 8000
+    .venv/bin/python -m bench.learner_mds --rows 200000 --rounds 3
+    .venv/bin/python -m bench.learner_mds --study --versions 6 --requests 8000
 """
 
 from __future__ import annotations

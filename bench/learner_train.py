@@ -4,7 +4,7 @@ Same MLP, optimizer, rows per step and number of steps on both sides. The baseli
 shuffled in-memory tensors; the Trainer reads MDS samples (each packing ``--rows`` rows) through
 streaming, splits microbatches, reduces gradients and writes one final checkpoint.
 
-    .venv/bin/python bench/learner_train.py [--samples 4096 --rows 16 --batch 64 --steps 150]
+    .venv/bin/python -m bench.learner_train [--samples 4096 --rows 16 --batch 64 --steps 150]
 
 Prints rows/s of each and their ratio (Trainer / baseline); steady state excludes setup (first
 step) and the final checkpoint.

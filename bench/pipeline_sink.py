@@ -12,7 +12,7 @@ Latency: a paced producer sends events stamped with the current time while a `py
 processors.lake` subprocess sinks them; a watcher notes when each file becomes visible, and each
 row's latency is (file visible) - (event_time). It is dominated by `--max-age-s`.
 
-    .venv/bin/python bench/pipeline_sink.py --events 100000 --rounds 3 --rate 2000 --paced-s 20
+    .venv/bin/python -m bench.pipeline_sink --events 100000 --rounds 3 --rate 2000 --paced-s 20
 """
 
 from __future__ import annotations

@@ -88,6 +88,19 @@ class LearnerConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    # Declared feature-store features (docs/features.md) appended to the policy input, offline
+    # point in time and online at serving (learner.features); empty: the context vector only.
+    features: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.features, str) or not isinstance(self.features, (list, tuple)):
+            raise LearnerError(f"features must be a list of feature names, got {self.features!r}.")
+        if self.features:
+            from learner.features import validate_feature_names  # loads the declarations
+
+            object.__setattr__(self, "features", validate_feature_names(self.features))
+        else:
+            object.__setattr__(self, "features", ())
 
     @classmethod
     def load(cls, path: Path = DEFAULT_CONFIG_PATH) -> LearnerConfig:
@@ -117,5 +130,5 @@ def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
             values[name] = value
     try:
         return cls(**values)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, LearnerError) as exc:
         raise LearnerError(f"{where}: {exc}") from exc

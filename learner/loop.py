@@ -11,6 +11,8 @@ version left mid-flight by a crash is finished from its state in ``models.versio
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import tempfile
 import threading
 import time
@@ -19,11 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from learner.artifacts import publish_artifact, verify_artifact
 from learner.canary import CanaryMonitor, user_baselines
 from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import LearnerConfig
-from learner.gate import CanaryVerdict, GateDecision, OffPolicyGate, canary_decision
+from learner.errors import LearnerError
+from learner.features import feature_columns, point_in_time_enrich
+from learner.gate import (
+    CanaryVerdict,
+    GateDecision,
+    GatePolicy,
+    OffPolicyGate,
+    canary_decision,
+)
 from learner.loader import WindowStream
 from learner.objective import GateObjective, fit_reward_model
 from learner.policy import GatePolicyNet, ServingPolicy, load_net, save_policy
@@ -31,7 +44,7 @@ from learner.registry import ModelRegistry, VersionState
 from learner.samples import RewardRows, collate_rows
 from learner.trainer import Trainer, TrainerConfig
 from learner.window_manifest import WindowRecord, read_manifest
-from learner.windows import build_window, load_rows, plan_streams
+from learner.windows import Enrich, build_window, load_rows, plan_streams
 from schemas.enums import Channel, ModelEventType
 from schemas.events import LakeOffsetRange, TrainingWindow
 from simulator.policy import Policy
@@ -75,6 +88,15 @@ class ContinuousLearner:
         self.fallback = fallback  # what production is while no version is promoted (v0)
         self.log = log
         self.dataset = model_name
+        self._enrich: Enrich | None = None
+        self._extra_columns: tuple[str, ...] = ()
+        if config.features:
+            # Windows with feature columns are another dataset: MDS samples of one dataset share
+            # one layout, and replay mixes windows.
+            digest = hashlib.sha256(",".join(config.features).encode()).hexdigest()[:8]
+            self.dataset = f"{model_name}.features-{digest}"
+            self._enrich = point_in_time_enrich(config.features, paths.lake)
+            self._extra_columns = feature_columns(config.features)
 
     # The loop ---------------------------------------------------------------------------
 
@@ -121,6 +143,7 @@ class ContinuousLearner:
                 split=c.holdout,
                 rows_per_sample=c.windows.rows_per_sample,
                 compression=c.windows.compression,
+                enrich=self._enrich,
                 model_name=self.model_name,
             )
             manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset, c.reward_fn)
@@ -140,6 +163,15 @@ class ContinuousLearner:
         """Train on ``new`` windows (+ replay), gate, publish, canary; returns the decision."""
         c = self.config
         parent_version, parent_net, production = self._production()
+        gated_against: GatePolicy = production
+        if parent_net is not None and parent_net.config.extra_columns != self._extra_columns:
+            self.log(
+                f"production v{parent_version} was trained on extra columns "
+                f"{parent_net.config.extra_columns or 'none'}, this config gives "
+                f"{self._extra_columns or 'none'}: training a fresh network, no warm start"
+            )
+            gated_against = self._scored_on_own_features(parent_net, new)
+            parent_net = None
         train_rows = self._rows(new, holdout=False)
         heldout = self._rows(new, holdout=True)
         reward_model = fit_reward_model(train_rows)
@@ -154,7 +186,7 @@ class ContinuousLearner:
         version = self.registry.next_version(self.model_name)
         candidate = ServingPolicy(net, self.model_name, version)
         decision = OffPolicyGate(c.gate).decide(
-            candidate, production, heldout, reward_model=reward_model
+            candidate, gated_against, heldout, reward_model=reward_model
         )
         self._register(
             version,
@@ -264,7 +296,10 @@ class ContinuousLearner:
         net = load_net(directory)
         return pointer.version, net, ServingPolicy(net, self.model_name, pointer.version)
 
-    def _rows(self, windows: Sequence[WindowRecord], *, holdout: bool) -> RewardRows:
+    def _rows(
+        self, windows: Sequence[WindowRecord], *, holdout: bool, enrich: Enrich | None = None
+    ) -> RewardRows:
+        enrich = self._enrich if enrich is None else enrich
         return RewardRows.concat(
             [
                 load_rows(
@@ -273,10 +308,27 @@ class ContinuousLearner:
                     reward_fn=self.config.reward_fn,
                     holdout=holdout,
                     split=self.config.holdout,
+                    enrich=enrich,
                 )
                 for w in windows
             ]
         )
+
+    def _scored_on_own_features(
+        self, net: GatePolicyNet, windows: Sequence[WindowRecord]
+    ) -> _FixedScores:
+        """Production's P(show) on the held-out rows of ``windows`` with the extra columns it
+        was trained on (another feature list than the config's), for the gate's comparison."""
+        extra = net.config.extra_columns
+        names = extra[: len(extra) // 2]
+        if feature_columns(names) != extra:
+            raise LearnerError(
+                f"production's extra columns {extra} are not feature-store columns; gate it "
+                "with its own learner config or start a new model name."
+            )
+        own = point_in_time_enrich(names, self.paths.lake) if names else _no_features
+        rows = self._rows(windows, holdout=True, enrich=own)
+        return _FixedScores(ServingPolicy(net, self.model_name, 0).probabilities(rows.features()))
 
     def _train(
         self,
@@ -298,7 +350,7 @@ class ContinuousLearner:
         def model_factory() -> GatePolicyNet:
             if parent is not None:
                 return GatePolicyNet(parent.config)
-            net = GatePolicyNet(c.policy)
+            net = GatePolicyNet(dataclasses.replace(c.policy, extra_columns=self._extra_columns))
             net.set_standardisation(rows.features())
             return net
 
@@ -366,3 +418,21 @@ class ContinuousLearner:
             version=version,
         )
         return self.registry.version(self.model_name, version)
+
+
+def _no_features(table: pa.Table) -> pa.Table:
+    return table
+
+
+class _FixedScores:
+    """P(show) computed beforehand for exactly the gate's held-out rows (in their order)."""
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self._scores = scores
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        if len(features) != len(self._scores):
+            raise LearnerError(
+                f"scores were computed for {len(self._scores)} rows, the gate asks {len(features)}."
+            )
+        return self._scores

@@ -167,9 +167,15 @@ def write_reward_lake(
     model_name: str = "suggestion-gate",
     reward_fn: str = TAB_REWARD_FN,
     topic: str = "rewards",
+    user_ids: Sequence[str | None] | None = None,
+    languages: Sequence[str | None] | None = None,
 ) -> Path:
     """Write ``rows`` as ONE lake file of Reward records (offsets first_offset.., hour of the
-    first row's event time) and return its path. For tests and benches of the lake readers."""
+    first row's event time) and return its path. For tests and benches of the lake readers.
+
+    ``user_ids`` / ``languages`` (one per row) fill the Reward's entity columns (null without),
+    so feature-store features can be computed over the file; ``reward_components`` has
+    ``shown`` and ``accepted`` (reward > 0, as tab@1 pays only accepts)."""
     if len(rows) == 0:
         raise LearnerError("write_reward_lake needs at least one row.")
     schema = arrow_schema(load_schema("Reward"))
@@ -190,7 +196,12 @@ def write_reward_lake(
         "context": pa.array(list(rows.context), pa.list_(pa.field("item", pa.float32(), False))),
         "context_spec": ["sim-context@1"] * n,
         "reward": pa.array(rows.reward, pa.float64()),
-        "reward_components": [[("shown", float(s))] for s in rows.shown],
+        "reward_components": [
+            [("shown", float(s)), ("accepted", float(s and r > 0))]
+            for s, r in zip(rows.shown, rows.reward, strict=True)
+        ],
+        "user_id": list(user_ids) if user_ids is not None else [None] * n,
+        "language": list(languages) if languages is not None else [None] * n,
         "reward_fn": [reward_fn] * n,
         "attributed_at": [now] * n,
         "_topic": [topic] * n,

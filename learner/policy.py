@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -35,6 +35,17 @@ POLICY_KIND = "gate-mlp@1"
 WEIGHTS_NAME = "policy.pt"
 CONFIG_NAME = "policy.json"
 DEFAULT_FLOOR = 0.05
+
+
+class FeatureProvider(Protocol):
+    """Serving-time values of a policy's extra columns (``learner.features`` has the online
+    feature-store one): the columns it yields, and the (n, len(columns)) float32 matrix of them
+    for a batch of requests, as of now."""
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+
+    def __call__(self, batch: RequestBatch) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -113,13 +124,27 @@ class GatePolicyNet(nn.Module):
 class ServingPolicy:
     """A trained gate behind ``simulator.policy.Policy``: numpy forward, float32, no autograd."""
 
-    def __init__(self, net: GatePolicyNet, name: str, version: int) -> None:
-        if net.config.extra_columns:
+    def __init__(
+        self,
+        net: GatePolicyNet,
+        name: str,
+        version: int,
+        *,
+        features: FeatureProvider | None = None,
+    ) -> None:
+        """``features`` supplies the extra columns a net trained with them needs at serving
+        (:meth:`show_probabilities`); LearnerError when its columns differ from the net's (a net
+        without extra columns ignores it).
+        Without one such a net still scores logged feature rows (:meth:`probabilities`, what the
+        off-policy gate uses), but :meth:`show_probabilities` raises."""
+        extra = net.config.extra_columns
+        if features is not None and extra and tuple(features.columns) != extra:
             raise LearnerError(
-                f"policy {name} v{version} needs extra feature columns "
-                f"{net.config.extra_columns}, which a RequestBatch does not carry; serve it "
-                "with a feature provider."
+                f"policy {name} v{version} was trained with extra columns "
+                f"{net.config.extra_columns}, the feature provider gives {features.columns}; "
+                "serve it with a provider of the same features, in the same order."
             )
+        self._features = features if net.config.extra_columns else None
         self._name, self._version = name, version
         self.config = net.config
         state = {
@@ -141,14 +166,28 @@ class ServingPolicy:
         return self._version
 
     def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
-        """P(show) per request, in [floor, 1 - floor]; LearnerError for a wrong context width."""
+        """P(show) per request, in [floor, 1 - floor]; LearnerError for a wrong context width,
+        or for a net with extra columns served without a feature provider."""
         x = np.asarray(batch.contexts, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.context_dim:
             raise LearnerError(
                 f"contexts have shape {x.shape}, policy {self._name} v{self._version} expects "
                 f"(n, {self.config.context_dim}) under {self.config.context_spec}."
             )
+        if self.config.extra_columns:
+            x = np.concatenate([x, self._extra(batch, len(x))], axis=1)
         return self.probabilities(x)
+
+    def _extra(self, batch: RequestBatch, n: int) -> np.ndarray:
+        if self._features is None:
+            raise LearnerError(_needs_provider(self._name, self._version, self.config))
+        extra = np.asarray(self._features(batch), dtype=np.float32)
+        if extra.shape != (n, len(self.config.extra_columns)):
+            raise LearnerError(
+                f"the feature provider returned {extra.shape} for {n} requests; policy "
+                f"{self._name} v{self._version} needs (n, {len(self.config.extra_columns)})."
+            )
+        return extra
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         """P(show) of raw feature rows (n, input_dim), float64."""
@@ -210,7 +249,19 @@ def load_policy(
     *,
     context_spec: str = CONTEXT_SPEC,
     context_dim: int = CONTEXT_DIM,
+    features: FeatureProvider | None = None,
 ) -> ServingPolicy:
-    """The serving policy saved in ``directory``; LearnerError as :func:`load_net`."""
+    """The serving policy saved in ``directory``; LearnerError as :func:`load_net`, and when the
+    policy needs extra feature columns and ``features`` is None (or gives other columns)."""
     net = load_net(directory, context_spec=context_spec, context_dim=context_dim)
-    return ServingPolicy(net, name, version)
+    if net.config.extra_columns and features is None:
+        raise LearnerError(_needs_provider(name, version, net.config))
+    return ServingPolicy(net, name, version, features=features)
+
+
+def _needs_provider(name: str, version: int, config: GateNetConfig) -> str:
+    return (
+        f"policy {name} v{version} needs extra feature columns {config.extra_columns}, which a "
+        "RequestBatch does not carry; serve it with a feature provider "
+        "(learner.features.OnlineFeatureProvider)."
+    )

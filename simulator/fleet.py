@@ -176,6 +176,7 @@ class Fleet:
                 SuggestionTrigger.INVOKED if plan.invoked[i] else SuggestionTrigger.AUTOMATIC
                 for plan, i in plans
             ),
+            user_ids=tuple(self.population.user_ids[plan.user] for plan, _ in plans),
         )
         uniforms = np.array([plan.decision_u[i] for plan, i in plans])
         probabilities = policy.show_probabilities(batch)

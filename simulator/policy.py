@@ -29,6 +29,9 @@ class RequestBatch:
     languages: tuple[str, ...]
     ides: tuple[str, ...]
     triggers: tuple[SuggestionTrigger, ...]
+    # Raw (not yet pseudonymised) user id per request, for policies that look up per-user
+    # features; empty when the caller does not provide them.
+    user_ids: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.languages)

@@ -81,6 +81,13 @@ def result_table(results: RunResults) -> Table:
     metavar="OPTION",
     help="Extra `flywheel learn` option (repeatable), e.g. --learner-arg=--min-rows=2000.",
 )
+@click.option(
+    "--learner-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Learner recipe for `flywheel learn --config`, e.g. learner/configs/with-features.yaml"
+    " (its features are then also served online, from an in-process feature store).",
+)
 def demo(
     config_path: Path,
     versions: int,
@@ -88,6 +95,7 @@ def demo(
     rate_per_s: float,
     model_name: str | None,
     learner_args: tuple[str, ...],
+    learner_config: Path | None,
 ) -> None:
     """Run the closed loop on the local stack until VERSIONS models are decided.
 
@@ -107,6 +115,7 @@ def demo(
         model_name or f"gate-{run_id}",
         run_id,
         learner_args,
+        learner_config,
     )
     with err.status("starting the platform") as status:
         ensure_infrastructure(settings, lambda msg: status.update(msg))

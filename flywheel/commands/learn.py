@@ -95,5 +95,7 @@ def learn(
         log=_log,
     )
     _log(f"model {model_name}: lake {paths.lake}, MDS {paths.mds_root}, models {paths.models_root}")
+    if config.features:
+        _log(f"policy input: context + features {', '.join(config.features)} (point in time)")
     results = learner.run(stop, max_versions)
     _log(f"stopped after {len(results)} version(s) this run")

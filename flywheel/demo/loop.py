@@ -21,13 +21,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from flywheel.clients import codec, telemetry_client
+from flywheel.clients import codec, pseudonymizer, telemetry_client
 from flywheel.demo.fleet_driver import FleetDriver
 from flywheel.demo.measure import DECIDED, LiveVersions, Timeline, version_results
 from flywheel.demo.results import RunResults
 from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.settings import Settings
-from learner.policy import load_policy
+from learner.config import LearnerConfig
+from learner.features import OnlineFeatureProvider
+from learner.policy import FeatureProvider, load_policy
 from learner.registry import ModelRegistry, VersionState
 from learner.serving import ModelSubscriber
 from schemas.records import decode_time
@@ -56,6 +58,7 @@ class DemoOptions:
     model_name: str
     run_id: str
     learner_args: tuple[str, ...] = ()  # extra `flywheel learn` options
+    learner_config: Path | None = None  # `flywheel learn --config`; None: the default recipe
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
                 options.model_name,
                 "--max-versions",
                 str(options.versions),
+                *(("--config", str(options.learner_config)) if options.learner_config else ()),
                 *options.learner_args,
             ],
             finishes=True,
@@ -156,12 +160,14 @@ class Demo:
     def run(self, show: Callable[[DemoStatus], None], stop: threading.Event) -> RunResults:
         s, o = self.settings, self.options
         fleet = self._fleet()
+        features_stop = threading.Event()
+        provider = self._feature_provider(features_stop)
         subscriber: ModelSubscriber[Policy] = ModelSubscriber(
             s.kafka_client_config(),
             codec(s),
             o.model_name,
             f"demo-fleet-{o.run_id}",
-            lambda path, version: load_policy(path, o.model_name, version),
+            lambda path, version: load_policy(path, o.model_name, version, features=provider),
             fleet.policy,
         )
         live = LiveVersions(subscriber.route)
@@ -181,6 +187,7 @@ class Demo:
             self._watch(driver, workers, subscriber, probe, timeline, show, stop)
         finally:
             driver.stop()
+            features_stop.set()
             client.close()
             workers.stop()
             subscriber.stop()
@@ -194,6 +201,33 @@ class Demo:
             )
             results.save(self.run_dir, s.lake)
         return results
+
+    def _feature_provider(self, stop: threading.Event) -> FeatureProvider | None:
+        """With a learner config that lists features: an online store fed by an in-process
+        feature processor thread (replaying ``rewards`` from the beginning, as the lake the
+        learner trains on holds every reward), and the serving provider over it; else None."""
+        path = self.options.learner_config
+        features = LearnerConfig.load(path).features if path is not None else ()
+        if not features:
+            return None
+        from feature_store import OnlineFeatureStore, load_features
+        from feature_store.processor import FeatureProcessor
+
+        s = self.settings
+        store = OnlineFeatureStore(load_features())
+        processor = FeatureProcessor(
+            s.kafka_client_config(),
+            codec(s),
+            store,
+            topics={"rewards": "rewards"},
+            producer_name=f"demo-{self.options.run_id}/features",
+        )
+        thread = threading.Thread(
+            target=processor.run, args=(stop.is_set,), name="demo-features", daemon=True
+        )
+        thread.start()
+        keys = pseudonymizer(s)  # the SDK's: rewards carry these pseudonyms
+        return OnlineFeatureProvider(store, features, lambda raw: keys.pseudonym("user", raw))
 
     def _read_states(self) -> dict[int, VersionState]:
         return self._registry.versions(self.options.model_name)
