@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def _status_line(st: DemoStatus, versions: int) -> str:
         f" | lag joiner/sink {lag} | production v{st.production}{canary}"
         f" | decided {st.decided}/{versions}, last: {st.last_decision}"
     )
+
+
+def _periodic(versions: int, every_s: float = 15.0) -> Callable[[DemoStatus], None]:
+    last = 0.0
+
+    def show(st: DemoStatus) -> None:
+        nonlocal last
+        if st.elapsed_s - last >= every_s:
+            last = st.elapsed_s
+            err.print(_status_line(st, versions), highlight=False, soft_wrap=True)
+
+    return show
 
 
 def result_table(results: RunResults) -> Table:
@@ -120,10 +133,13 @@ def demo(
     with err.status("starting the platform") as status:
         ensure_infrastructure(settings, lambda msg: status.update(msg))
     stop = stop_on_signals()
-    with Live(console=err, refresh_per_second=2, transient=False) as live:
-        results = Demo(settings, options).run(
-            lambda st: live.update(_status_line(st, versions)), stop
-        )
+    if err.is_terminal:
+        with Live(console=err, refresh_per_second=2, transient=False) as live:
+            results = Demo(settings, options).run(
+                lambda st: live.update(_status_line(st, versions)), stop
+            )
+    else:  # a log file or CI: a status line every few seconds instead of a redrawn one
+        results = Demo(settings, options).run(_periodic(versions), stop)
     out.print(result_table(results))
     out.print(headline_text(results))
     page = write_report(results, settings.home / "demo" / run_id / "report")
