@@ -77,6 +77,13 @@ class CanaryMonitor:
                 counted += 1
         return counted
 
+    def users(self) -> tuple[list[str | None], list[str | None]]:
+        """The user (pseudonym) of each request of the canary arm and the production arm."""
+        return (
+            [u for u, _ in self._arms[self.canary_version]],
+            [u for u, _ in self._arms[self.production_version]],
+        )
+
     def rewards(self, baseline: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(canary rewards, production rewards), one value per request; CUPED-adjusted by the
         users' pre-canary mean rewards when ``baseline`` (user_id → mean) is given."""

@@ -60,9 +60,9 @@ class CanaryConfig:
 
     traffic_fraction: float = 0.25
     min_requests: int = 1500  # per arm, before a decision
-    max_requests: int = 20000  # per arm; then promote unless shown worse
+    max_requests: int = 4000  # canary requests; then the point estimate decides
     confidence: float = 0.95
-    tolerance: float = 0.0
+    tolerance: float = 0.005  # non-inferiority margin (reward per request)
     timeout_s: float = 300.0  # no decision by then → roll back (the canary is not shown better)
 
 

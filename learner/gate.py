@@ -15,6 +15,7 @@ otherwise CONTINUE until ``max_requests``, where the point estimate decides.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from statistics import NormalDist
@@ -226,13 +227,18 @@ def canary_decision(
     confidence: float = DEFAULT_CONFIDENCE,
     tolerance: float = 0.0,
     max_requests: int | None = None,
+    canary_users: Sequence[str | None] | None = None,
+    production_users: Sequence[str | None] | None = None,
 ) -> CanaryDecision:
     """Judge a canary from realised per-request rewards (suppressed requests count as 0).
 
     CONTINUE while either arm has fewer than ``min_requests``; ROLLBACK when the upper bound of
     canary - production is below ``-tolerance`` (significantly worse); PROMOTE when the lower
     bound is above ``-tolerance``; at ``max_requests`` canary requests the sign of the point
-    difference + tolerance decides. LearnerError for a confidence outside [0.5, 1).
+    difference + tolerance decides. ``*_users`` (the user of each request) make the standard
+    errors cluster-robust: arms are split by user and one user's requests are correlated, so
+    treating them as independent would overstate the evidence. LearnerError for a confidence
+    outside [0.5, 1).
     """
     if not 0.5 <= confidence < 1.0 or min_requests < 2:
         raise LearnerError(
@@ -246,7 +252,8 @@ def canary_decision(
     mean_p = float(production.mean()) if n_p else 0.0
     lower, upper = -np.inf, np.inf
     if n_c >= 2 and n_p >= 2:
-        se = float(np.sqrt(canary.var(ddof=1) / n_c + production.var(ddof=1) / n_p))
+        se = float(np.sqrt(_mean_variance(canary, canary_users)
+                           + _mean_variance(production, production_users)))  # fmt: skip
         z = NormalDist().inv_cdf(confidence)
         lower, upper = mean_c - mean_p - z * se, mean_c - mean_p + z * se
     verdict, why = _canary_verdict(
@@ -259,6 +266,25 @@ def canary_decision(
     return CanaryDecision(
         verdict, reason, n_c, n_p, mean_c, mean_p, float(lower), float(upper), confidence
     )
+
+
+def _mean_variance(values: np.ndarray, users: Sequence[str | None] | None) -> float:
+    """Variance of the mean of ``values``: per request, or clustered by user when given.
+
+    Cluster-robust: sum over users of (their sum of residuals)^2 / n^2, times G / (G - 1) for G
+    users; requests without a user count as their own cluster.
+    """
+    n = len(values)
+    if users is None:
+        return float(values.var(ddof=1) / n)
+    residual = values - values.mean()
+    keys = [u if u is not None else f"\0{i}" for i, u in enumerate(users)]
+    _, cluster = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
+    sums = np.bincount(cluster, weights=residual)
+    g = len(sums)
+    if g < 2:
+        return float(values.var(ddof=1) / n)
+    return float((sums**2).sum() / n**2 * g / (g - 1))
 
 
 def _canary_verdict(

@@ -62,3 +62,21 @@ def test_user_baselines_average_one_versions_suggestion_rewards(tmp_path: Path) 
     pq.write_table(table, tmp_path / "r.parquet")
     assert user_baselines([tmp_path / "r.parquet"], "m", 0, "tab@1") == {"a": 0.25, "b": 0.75}
     assert user_baselines([], "m", 0, "tab@1") == {}
+
+
+def test_user_clusters_widen_the_bounds_when_users_differ() -> None:
+    """Few users, each with a steady reward: requests are not independent evidence."""
+    rng = np.random.default_rng(3)
+    users_c, users_p = rng.normal(0.05, 0.2, 10), rng.normal(0.0, 0.2, 10)
+    idx_c, idx_p = rng.integers(0, 10, 3000), rng.integers(0, 10, 3000)
+    y_c = users_c[idx_c] + rng.normal(0, 0.05, 3000)
+    y_p = users_p[idx_p] + rng.normal(0, 0.05, 3000)
+    naive = canary_decision(y_c, y_p, min_requests=100)
+    clustered = canary_decision(
+        y_c, y_p, min_requests=100,
+        canary_users=[f"c{i}" for i in idx_c], production_users=[f"p{i}" for i in idx_p],
+    )  # fmt: skip
+    naive_width = naive.difference_upper - naive.difference_lower
+    clustered_width = clustered.difference_upper - clustered.difference_lower
+    assert clustered_width > 3 * naive_width
+    assert clustered.verdict is CanaryVerdict.CONTINUE  # 10 users per arm prove nothing
