@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -140,7 +141,9 @@ def demo(
             )
     else:  # a log file or CI: a status line every few seconds instead of a redrawn one
         results = Demo(settings, options).run(_periodic(versions), stop)
-    out.print(result_table(results))
+    # Off a terminal rich assumes 80 columns, too narrow for the table: print it 150 wide.
+    wide = out if out.is_terminal else Console(width=150)
+    wide.print(result_table(results))
     out.print(headline_text(results))
     page = write_report(results, settings.home / "demo" / run_id / "report")
     out.print(f"report: {page}")

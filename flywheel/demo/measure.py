@@ -90,7 +90,9 @@ def version_results(
         live_s = decided_s = None
         if state is not None:
             estimate, lower, baseline = _gate_numbers(state)
-            decision, reason, parent = state.status.name, state.latest.reason, state.parent_version
+            decision, reason = state.status.name, state.latest.reason
+            # A model's first version has no registered parent: it replaced the heuristic v0.
+            parent = 0 if state.parent_version is None else state.parent_version
             if state.status in DECIDED:
                 decided_s = state.updated_at.timestamp() - started
             last_ms = state.events[0].metrics.get(WINDOW_LAST_EVENT_METRIC)
