@@ -71,6 +71,7 @@ class LoopConfig:
     """When a new version is trained."""
 
     min_new_rows: int = 4000  # training rows (held-out excluded) in windows not yet trained on
+    heldout_windows: int = 4  # the gate evaluates on held-out rows of this many newest windows
     poll_s: float = 2.0
 
 

@@ -53,7 +53,7 @@ class GateConfig:
     """Thresholds of :class:`OffPolicyGate`."""
 
     tolerance: float = 0.0  # candidate may be at most this much worse (reward per request)
-    min_effective_sample_size: float = 200.0
+    min_effective_sample_size: float = 100.0
     confidence: float = DEFAULT_CONFIDENCE
     resamples: int = DEFAULT_BOOTSTRAP
     seed: int = 0

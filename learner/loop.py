@@ -170,10 +170,10 @@ class ContinuousLearner:
                 f"{parent_net.config.extra_columns or 'none'}, this config gives "
                 f"{self._extra_columns or 'none'}: training a fresh network, no warm start"
             )
-            gated_against = self._scored_on_own_features(parent_net, new)
+            gated_against = self._scored_on_own_features(parent_net, self._recent(new))
             parent_net = None
         train_rows = self._rows(new, holdout=False)
-        heldout = self._rows(new, holdout=True)
+        heldout = self._rows(self._recent(new), holdout=True)
         reward_model = fit_reward_model(train_rows)
         started = time.monotonic()
         net, loss = self._train(
@@ -295,6 +295,19 @@ class ContinuousLearner:
         directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
         net = load_net(directory)
         return pointer.version, net, ServingPolicy(net, self.model_name, pointer.version)
+
+    def _recent(self, new: Sequence[WindowRecord]) -> list[WindowRecord]:
+        """The gate's windows: the new ones and the ones just before them, up to
+        ``loop.heldout_windows`` (held-out rows are never trained on, so older ones stay valid
+        evidence, and more rows keep the effective sample size up when a version moves far)."""
+        manifest = read_manifest(
+            self.paths.mds_root / self.dataset, self.dataset, self.config.reward_fn
+        )
+        usable = [w for w in manifest.windows if w.heldout_rows > 0]
+        names = {w.name for w in new}
+        older = [w for w in usable if w.name not in names and w.seq < min(x.seq for x in new)]
+        keep = max(0, self.config.loop.heldout_windows - len(new))
+        return [*(older[-keep:] if keep else []), *new]
 
     def _rows(
         self, windows: Sequence[WindowRecord], *, holdout: bool, enrich: Enrich | None = None
