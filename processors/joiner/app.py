@@ -9,7 +9,7 @@ produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 from __future__ import annotations
 
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,32 @@ class JoinerConfig:
     processing_guarantee: str = "exactly_once"  # or "at_least_once" (docs/processors.md)
     session_timeout_s: float = 60.0  # a crashed worker's partitions are reassigned after this
     producer: str = field(default_factory=lambda: f"joiner/{socket.gethostname()}")
+    batch_size: int = 2000  # records per joiner batch: state is written once per key per batch
+    batch_within_s: float = 0.05  # a partial batch is processed after this long
+    producer_linger_s: float = 0.005  # batches changelog and reward records into fewer requests
+
+
+class TableState:
+    """`ChangelogState` over a faust Table with the in-memory store: values go to the store and
+    to the changelog partition named by the caller (faust's own `table[key] = value` needs the
+    current event, which a batch of records of several partitions does not have)."""
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+
+    def get(self, key: str) -> Any:
+        return self._table.data.get(key)
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self._table.data[key] = value
+        self._table.send_changelog(partition, key, value)
+
+    def delete(self, partition: int, key: str) -> None:
+        self._table.data.pop(key, None)
+        self._table.send_changelog(partition, key, None, value_serializer="raw")
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return list(self._table.data.items())
 
 
 def build_app(
@@ -80,22 +106,26 @@ def build_app(
         web_enabled=False,
         broker_session_timeout=config.session_timeout_s,
         broker_heartbeat_interval=config.session_timeout_s / 10,
+        producer_linger=config.producer_linger_s,
+        producer_max_batch_size=1 << 20,  # offers with code text: ~1-2 KiB per state record
     )
     raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
     rewards_out = app.topic(config.rewards_topic, **raw)
     dlq_out = {t: app.topic(t, **raw) for t in (config.dlq_late, config.dlq_joiner)}
 
+    # send_soon buffers without yielding to the event loop, so a commit (a transaction under
+    # exactly_once) never lands in the middle of a batch; the commit flushes the buffer first.
     async def emit(key: bytes, value: bytes) -> None:
-        await rewards_out.send(key=key, value=value)
+        rewards_out.send_soon(key=key, value=value)
 
     async def send_dead_letter(topic: str, letter: DeadLetter) -> None:
-        await dlq_out[topic].send(key=letter.key, value=letter.value, headers=letter.headers)
+        dlq_out[topic].send_soon(key=letter.key, value=letter.value, headers=letter.headers)
 
     outputs = Outputs(emit, send_dead_letter, config.dlq_late, config.dlq_joiner, config.producer)
     codec = AvroCodec.for_url(registry_url)
     sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
     groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
-    joiner = RewardJoiner(sessions, codec, functions, windows, outputs, stats)
+    joiner = RewardJoiner(TableState(sessions), codec, functions, windows, outputs, stats)
     grouper = RolloutGrouper(groups, codec, group_policy, outputs, stats)
 
     def lag(message: Any) -> None:
@@ -112,13 +142,20 @@ def build_app(
 
     @app.agent(telemetry_in, name="joiner")
     async def join(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            m = event.message
-            platform_topic = config.topics[m.topic]
-            await joiner.on_event(
-                SourceRecord(m.topic, platform_topic, m.partition, m.offset, m.key, m.value)
+        topics = config.topics
+        # StreamT does not declare take_events (faust.Stream has it).
+        batches = stream.take_events(config.batch_size, config.batch_within_s)  # type: ignore[attr-defined]
+        async for events in batches:
+            messages = [event.message for event in events]
+            await joiner.on_batch(
+                [
+                    SourceRecord(m.topic, topics[m.topic], m.partition, m.offset, m.key, m.value)
+                    for m in messages
+                ]
             )
-            lag(m)
+            last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
+            for m in last.values():
+                lag(m)
 
     @app.agent(rollouts_in, name="rollouts")
     async def group(stream: faust.StreamT[bytes]) -> None:
@@ -132,5 +169,6 @@ def build_app(
     @app.on_partitions_assigned.connect
     async def _assigned(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
         joiner.forget_deadlines()  # another worker may have changed these partitions' state
+        grouper.forget_open_groups()
 
     return app

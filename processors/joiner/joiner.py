@@ -1,28 +1,30 @@
-"""The joiner's per-event steps over table-like state, free of faust (unit-testable with dicts).
+"""The joiner's steps over table-like state, free of faust (unit-testable with dicts).
 
-`RewardJoiner.on_event` is called once per source record; it decodes, dead-letters, folds the
+`RewardJoiner.on_batch` applies source records in order: it decodes, dead-letters, folds each
 event into its suggestions' pending state, advances the partition's watermark and attributes
-every suggestion of that partition whose deadline fell behind watermark - allowed lateness.
-All reward math is `processors.rewards`'; this module only moves state and records.
+every suggestion of that partition whose deadline fell behind watermark - allowed lateness;
+then it writes each changed key once (`Batch`). All reward math is `processors.rewards`'; this
+module only moves state and records.
 
 State layout (one table, so one changelog partition holds all of a partition's state in
-order): `<suggestion_id>` → JSON `{"p": partition, "k": session_id, "s": PendingSuggestion
-JSON}` (one small value per suggestion, so a write costs one suggestion, not a session);
+order): `<suggestion_id>` → JSON `{"p": partition, "k": session_id, "e": [[platform_topic,
+base64 Avro value], ...]}` (the suggestion's source records; see `_Stored`);
 `\\x00wm/<partition>` → the watermark (epoch ms); `\\x00off/<topic>/<partition>` → the last
 source offset applied. Due suggestions are found through an in-memory heap of deadlines per
-partition, rebuilt from the table on first use and after a rebalance. The offset marker is
-written after the state it covers, so after a crash a replayed record at or below it is
+partition, rebuilt from the table on first use and after a rebalance. Offset markers are
+written after the state they cover, so after a crash a replayed record at or below one is
 skipped: state updates apply once even though Kafka offsets are committed at least once.
 """
 
 from __future__ import annotations
 
+import base64
 import heapq
 import json
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from processors.joiner.dead_letters import late_dead_letter, rejected_dead_letter
 from processors.joiner.stats import JoinerStats
@@ -38,6 +40,7 @@ from processors.rewards.attribution import (
     rewards,
     suggestion_ids_of,
 )
+from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
@@ -49,7 +52,7 @@ MARK = "\x00"  # prefix of bookkeeping keys; no session id starts with NUL
 
 Emit = Callable[[bytes, bytes], Awaitable[None]]  # (key, Avro value) to the rewards topic
 SendDeadLetter = Callable[[str, DeadLetter], Awaitable[None]]  # (dlq topic, record)
-State = MutableMapping[str, Any]
+State = MutableMapping[str, Any]  # the rollout grouper's table
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,118 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
+@runtime_checkable
+class ChangelogState(Protocol):
+    """Table-like state whose writes name their changelog partition (the source partition of
+    the records they derive from), so they can be made outside faust's per-event context."""
+
+    def get(self, key: str) -> Any: ...
+
+    def put(self, partition: int, key: str, value: Any) -> None: ...
+
+    def delete(self, partition: int, key: str) -> None: ...
+
+    def items(self) -> Iterable[tuple[str, Any]]: ...
+
+
+class DictState:
+    """`ChangelogState` over a plain mapping (tests, tools): no changelog."""
+
+    def __init__(self, data: MutableMapping[str, Any]) -> None:
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def delete(self, partition: int, key: str) -> None:
+        self.data.pop(key, None)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return list(self.data.items())
+
+
+class _Stored:
+    """A suggestion's state as written to the table: JSON `{"p": partition, "k": session_id,
+    "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it.
+    Keeping the records' own bytes makes a write cheap (no re-encoding of offers with code text
+    and context vectors); they are decoded again only after a restart or rebalance. Documents
+    of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
+    back in that layout, since their source records are unknown."""
+
+    __slots__ = ("events", "partition", "pending", "session")
+
+    def __init__(
+        self,
+        partition: int,
+        session: str,
+        pending: PendingSuggestion,
+        events: tuple[tuple[str, bytes], ...] | None,
+    ) -> None:
+        self.partition, self.session, self.pending, self.events = (
+            partition,
+            session,
+            pending,
+            events,
+        )
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = {"p": self.partition, "k": self.session}
+        if self.events is None:
+            doc["s"] = self.pending.to_json()
+        else:
+            doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
+        return json.dumps(doc, separators=(",", ":"))
+
+
+class Batch:
+    """Write-back view of the state for one batch of records: reads see the batch's own writes;
+    `flush` then writes each changed key once (one changelog record per key per batch instead
+    of one per event). Suggestion keys are flushed before the bookkeeping keys (offset markers,
+    watermarks), so a marker never covers state that was not written."""
+
+    def __init__(self, state: ChangelogState) -> None:
+        self._state = state
+        self._dirty: dict[str, tuple[int, Any]] = {}  # key -> (changelog partition, value|None)
+
+    def get(self, key: str) -> Any:
+        hit = self._dirty.get(key)
+        return self._state.get(key) if hit is None else hit[1]
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self._dirty[key] = (partition, value)
+
+    def delete(self, partition: int, key: str) -> None:
+        self._dirty[key] = (partition, None)
+
+    def flush(self) -> None:
+        marks = []
+        for key, (partition, value) in self._dirty.items():
+            if key.startswith(MARK):
+                marks.append((key, partition, value))
+            else:
+                self._write(partition, key, value)
+        for key, partition, value in marks:
+            self._write(partition, key, value)
+        self._dirty.clear()
+
+    def _write(self, partition: int, key: str, value: Any) -> None:
+        if value is None:
+            self._state.delete(partition, key)
+        else:
+            self._state.put(
+                partition, key, value.to_json() if isinstance(value, _Stored) else value
+            )
+
+
 class RewardJoiner:
     """Joins the four telemetry topics per suggestion and emits one Reward per function."""
 
     def __init__(
         self,
-        state: State,
+        state: ChangelogState | MutableMapping[str, Any],
         codec: AvroCodec,
         functions: Sequence[RewardFunction],
         windows: Windows,
@@ -103,7 +212,7 @@ class RewardJoiner:
         stats: JoinerStats,
         clock: Callable[[], datetime] = now_utc,
     ) -> None:
-        self._state = state
+        self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._codec = codec
         self._functions = tuple(functions)
         self._windows = windows
@@ -112,27 +221,45 @@ class RewardJoiner:
         self._clock = clock
         # Deadlines per partition, in memory only (missing: rebuild from the table).
         self._deadlines: dict[int, list[tuple[int, str]]] = {}
+        # Decoded PendingSuggestions of the stored JSON values (a cache: the table is the truth).
+        self._pending: dict[str, _Stored] = {}
+        self._event_types = {
+            topic: EVENT_TYPES[schema] for topic, schema in TOPIC_VALUE_SCHEMAS.items()
+        }
 
     def forget_deadlines(self) -> None:
-        """Drop the in-memory deadline index (after a rebalance the table may hold new state)."""
+        """Drop the in-memory indexes (after a rebalance the table may hold other state)."""
         self._deadlines.clear()
+        self._pending.clear()
 
     async def on_event(self, rec: SourceRecord) -> None:
-        """Apply one source record. Never raises for bad input: it becomes a dead letter."""
-        marker = offset_key(rec.topic, rec.partition)
-        applied = self._state.get(marker)
-        if applied is not None and rec.offset <= int(applied):
-            return  # a replay after a crash: its effects are already in the table
-        self._stats.saw_input()
-        event = await self._decode(rec)
-        if event is not None:
-            await self._fold(rec, event)
-        self._state[marker] = rec.offset
+        """Apply one source record (a batch of one)."""
+        await self.on_batch([rec])
+
+    async def on_batch(self, records: Sequence[SourceRecord]) -> None:
+        """Apply source records in order, then write the changed state once per key.
+
+        Never raises for bad input: it becomes a dead letter. Nothing in here yields to the
+        event loop unless an output callback does (faust's are `send_soon`), so under
+        exactly_once a commit never falls in the middle of a batch.
+        """
+        batch = Batch(self._state)
+        for rec in records:
+            marker = offset_key(rec.topic, rec.partition)
+            applied = batch.get(marker)
+            if applied is not None and rec.offset <= int(applied):
+                continue  # a replay after a crash: its effects are already in the table
+            self._stats.saw_input()
+            event = await self._decode(rec)
+            if event is not None:
+                await self._fold(batch, rec, event)
+            batch.put(rec.partition, marker, rec.offset)
+        batch.flush()
 
     async def _decode(self, rec: SourceRecord) -> Event | None:
         try:
             record = self._codec.decode(rec.platform_topic, rec.value)
-            return EVENT_TYPES[TOPIC_VALUE_SCHEMAS[rec.platform_topic]].from_record(record)
+            return self._event_types[rec.platform_topic].from_record(record)
         except DecodeError as exc:
             letter = rejected_dead_letter(exc.cause, str(exc), rec.origin(), rec.platform_topic)
         except SchemaError as exc:
@@ -143,22 +270,23 @@ class RewardJoiner:
         await self._out.dead_letter(self._out.dlq_joiner, letter)
         return None
 
-    async def _fold(self, rec: SourceRecord, event: Event) -> None:
+    async def _fold(self, batch: Batch, rec: SourceRecord, event: Event) -> None:
         event_ms = encode_time(event.event_time)
-        stored = self._state.get(watermark_key(rec.partition))
+        stored = batch.get(watermark_key(rec.partition))
         watermark = Watermark(None if stored is None else int(stored))
         if is_late(event_ms, watermark.value_ms, self._windows):
             await self._late(rec, event, event_ms, watermark.value_ms or 0)
             return
         ids = suggestion_ids_of(event)
         session_id = str(getattr(event, "session_id", ""))
+        self._heap(rec.partition)  # built before this batch's writes to it (it scans the table)
         if ids and session_id:
-            self._add(rec.partition, session_id, ids, event)
+            self._add(batch, rec, session_id, ids, event)
         watermark.observe(event_ms)
         if watermark.value_ms != stored and watermark.value_ms is not None:
-            self._state[watermark_key(rec.partition)] = watermark.value_ms
+            batch.put(rec.partition, watermark_key(rec.partition), watermark.value_ms)
         if watermark.value_ms is not None:
-            await self._attribute_due(rec.partition, watermark.value_ms)
+            await self._attribute_due(batch, rec.partition, watermark.value_ms)
 
     async def _late(self, rec: SourceRecord, event: Event, event_ms: int, wm_ms: int) -> None:
         reason = (
@@ -170,14 +298,53 @@ class RewardJoiner:
         self._stats.late += 1
         await self._out.dead_letter(self._out.dlq_late, letter)
 
-    def _add(self, partition: int, session_id: str, ids: Sequence[str], event: Event) -> None:
+    def _load(self, batch: Batch, sid: str) -> _Stored | None:
+        """The stored suggestion; None when there is none."""
+        raw = batch.get(sid)
+        if raw is None:
+            self._pending.pop(sid, None)
+            return None
+        if isinstance(raw, _Stored):
+            return raw
+        cached = self._pending.get(sid)
+        if cached is None:
+            cached = self._pending[sid] = self._parse(raw)
+        return cached
+
+    def _parse(self, raw: str) -> _Stored:
+        """A stored JSON document (either layout, see `_Stored`) as a `_Stored`."""
+        doc = json.loads(raw)
+        if "s" in doc:
+            pending = PendingSuggestion.from_json(doc["s"])
+            return _Stored(int(doc["p"]), str(doc["k"]), pending, None)
+        events = tuple((str(t), base64.b64decode(v)) for t, v in doc["e"])
+        folded: PendingSuggestion | None = None
+        for topic, value in events:
+            record = self._codec.decode(topic, value)
+            folded = add(folded, self._event_types[topic].from_record(record))
+        if folded is None:
+            raise RewardError(f"stored suggestion state {raw[:80]!r} holds no events")
+        return _Stored(int(doc["p"]), str(doc["k"]), folded, events)
+
+    def _add(
+        self, batch: Batch, rec: SourceRecord, session_id: str, ids: Sequence[str], event: Event
+    ) -> None:
         for sid in ids:
-            raw = self._state.get(sid)
-            before = None if raw is None else PendingSuggestion.from_json(json.loads(raw)["s"])
+            stored = self._load(batch, sid)
+            before = None if stored is None else stored.pending
             pending = add(before, event)
-            self._state[sid] = json.dumps({"p": partition, "k": session_id, "s": pending.to_json()})
+            if pending == before:
+                continue  # a duplicate: nothing changed
+            source = (rec.platform_topic, rec.value)
+            if stored is None:
+                events: tuple[tuple[str, bytes], ...] | None = (source,)
+            else:
+                events = None if stored.events is None else (*stored.events, source)
+            new = _Stored(rec.partition, session_id, pending, events)
+            self._pending[sid] = new
+            batch.put(rec.partition, sid, new)
             due = deadline_ms(pending, self._windows)
-            heap = self._deadlines.get(partition)
+            heap = self._deadlines.get(rec.partition)
             if due is not None and heap is not None and due != _deadline(before, self._windows):
                 heapq.heappush(heap, (due, sid))
 
@@ -189,15 +356,16 @@ class RewardJoiner:
             heap = []
             for key, raw in list(self._state.items()):
                 if not str(key).startswith(MARK):
-                    doc = json.loads(raw)
-                    due = deadline_ms(PendingSuggestion.from_json(doc["s"]), self._windows)
-                    if doc["p"] == partition and due is not None:
+                    stored = self._pending.get(str(key)) or self._parse(raw)
+                    self._pending[str(key)] = stored
+                    due = deadline_ms(stored.pending, self._windows)
+                    if stored.partition == partition and due is not None:
                         heap.append((due, str(key)))
             heapq.heapify(heap)
             self._deadlines[partition] = heap
         return heap
 
-    async def _attribute_due(self, partition: int, watermark_ms: int) -> None:
+    async def _attribute_due(self, batch: Batch, partition: int, watermark_ms: int) -> None:
         """Attribute and emit every suggestion of `partition` whose deadline is before
         watermark - allowed lateness (no event for it can still be on time), then drop it.
         Suggestions without an offer have no deadline and wait."""
@@ -205,15 +373,14 @@ class RewardJoiner:
         heap = self._heap(partition)
         while heap and heap[0][0] < cutoff:
             due, sid = heapq.heappop(heap)
-            raw = self._state.get(sid)
-            if raw is None:
+            stored = self._load(batch, sid)
+            if stored is None:
                 continue  # already attributed
-            doc = json.loads(raw)
-            pending = PendingSuggestion.from_json(doc["s"])
-            if deadline_ms(pending, self._windows) != due:
+            if deadline_ms(stored.pending, self._windows) != due:
                 continue  # an earlier offer moved the deadline: its own entry decides
-            await self._emit(str(doc["k"]), pending)
-            del self._state[sid]
+            await self._emit(stored.session, stored.pending)
+            batch.delete(partition, sid)
+            self._pending.pop(sid, None)
 
     async def _emit(self, session_id: str, pending: PendingSuggestion) -> None:
         attributed = rewards(

@@ -50,6 +50,25 @@ class RolloutGrouper:
         self._out = outputs
         self._stats = stats
         self._clock = clock
+        # Open (not yet emitted) group ids per partition, in memory only (missing: one table
+        # scan); without it every rollout event would parse every group in the table.
+        self._open: dict[int, set[str]] = {}
+
+    def forget_open_groups(self) -> None:
+        """Drop the in-memory index (after a rebalance the table may hold other state)."""
+        self._open.clear()
+
+    def _open_groups(self, partition: int) -> set[str]:
+        groups = self._open.get(partition)
+        if groups is None:
+            groups = set()
+            for group_id, raw in list(self._state.items()):
+                if not str(group_id).startswith(MARK):
+                    doc = json.loads(raw)
+                    if doc["p"] == partition and not doc["done"]:
+                        groups.add(str(group_id))
+            self._open[partition] = groups
+        return groups
 
     async def on_event(self, rec: SourceRecord) -> None:
         """Apply one rollouts.results record; bad input becomes a dead letter."""
@@ -82,20 +101,19 @@ class RolloutGrouper:
             await self._out.dead_letter(self._out.dlq_late, letter)
             return
         if all(r["event_id"] != result.event_id for r in doc["r"]):
+            open_groups = self._open_groups(rec.partition)  # built before this write
             doc["r"].append(result.to_record())
             self._state[result.group_id] = json.dumps(doc)
+            open_groups.add(result.group_id)
         seen_ms = int(self._state.get(clock_key(rec.partition), 0))
         now_ms = max(encode_time(result.event_time), seen_ms)
         self._state[clock_key(rec.partition)] = now_ms
         await self._emit_complete(rec.partition, now_ms)
 
     async def _emit_complete(self, partition: int, now_ms: int) -> None:
-        for group_id, raw in list(self._state.items()):
-            if str(group_id).startswith(MARK):
-                continue
-            doc = json.loads(raw)
-            if doc["p"] != partition or doc["done"]:
-                continue
+        open_groups = self._open_groups(partition)
+        for group_id in sorted(open_groups):
+            doc = json.loads(self._state[group_id])
             results = [RolloutResult.from_record(r) for r in doc["r"]]
             if not group_complete(results, self._policy, now_ms):
                 continue
@@ -105,3 +123,4 @@ class RolloutGrouper:
                 self._stats.rewards += 1
             self._stats.groups += 1
             self._state[str(group_id)] = json.dumps({"p": partition, "done": True, "r": []})
+            open_groups.discard(group_id)

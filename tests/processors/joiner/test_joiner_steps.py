@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
+from processors.joiner.joiner import (
+    DictState,
+    Outputs,
+    RewardJoiner,
+    SourceRecord,
+    watermark_key,
+)
 from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.stats import JoinerStats
 from processors.lake.dead_letters import DeadLetter
-from processors.rewards.attribution import Windows, reward_id
+from processors.rewards.attribution import PendingSuggestion, Windows, reward_id
 from processors.rewards.functions import reward_functions
 from processors.rewards.rollouts import GroupPolicy
 from schemas.enums import Outcome
@@ -203,3 +210,41 @@ def test_joiner_rebuilds_its_deadline_index_from_the_table_after_a_restart() -> 
     rec = h.record(tick("s", 5000))
     asyncio.run(restarted.on_event(rec))
     assert len(h.emitted) == 1
+
+
+class CountingState(DictState):
+    """DictState that counts changelog writes per key."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.writes: dict[str, int] = {}
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self.writes[key] = self.writes.get(key, 0) + 1
+        super().put(partition, key, value)
+
+
+def test_joiner_batch_writes_each_changed_key_once() -> None:
+    h = Harness()
+    state = CountingState()
+    joiner = RewardJoiner(state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats)
+    offer = offered("s", event_time=at(0))
+    events = [offer, outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100), tick("s", 200)]
+    asyncio.run(joiner.on_batch([h.record(e) for e in events]))
+    assert state.writes[offer.suggestion_id] == 1
+    assert state.writes[watermark_key(0)] == 1
+    assert all(n == 1 for n in state.writes.values())
+    # Same result as one event at a time: the deadline passes later, one reward.
+    asyncio.run(joiner.on_batch([h.record(tick("s", 5000))]))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+
+
+def test_joiner_reads_state_of_the_previous_layout() -> None:
+    h = Harness()
+    offer = offered("s", event_time=at(0))
+    legacy = PendingSuggestion(offered=offer)
+    h.state[offer.suggestion_id] = json.dumps({"p": 0, "k": "s", "s": legacy.to_json()})
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100))
+    assert '"s":' in h.state[offer.suggestion_id]  # rewritten in its own layout
+    h.feed(tick("s", 5000))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}

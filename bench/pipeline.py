@@ -1,0 +1,470 @@
+"""Benchmark: the reward joiner and the lake sink on simulator events, latency and crash safety.
+
+(a) Joiner: the first `--events` events of the default simulator fleet (offers with code text,
+outcomes, edits, test runs, rollouts) go to this run's own copies of the platform topics; the
+baseline consumes the *same records* with confluent-kafka and Avro-decodes them (no state, no
+output); then `python -m processors.joiner` (exactly-once, lateness 3600 s like the demo) drains
+them. The joiner's rate is counted from its first processed event to its last (startup and group
+join excluded, read from its 0.2 s status lines); per core = events / CPU seconds of the worker.
+(b) Sink rows/s vs decode + pyarrow write, and (c) event time -> visible-in-lake latency:
+`bench/pipeline_sink.py`'s measurements, imported (they print their own tables).
+(d) `--crash`: the joiner and a lake sink (both subprocesses) run on the input while it is
+being produced and are SIGKILLed `--kills` times at random moments, restarted each time; then
+the lake must hold every produced event_id exactly once per topic with contiguous, non
+overlapping file offset ranges per partition, and the Rewards (reward_id -> value) must equal a
+crash-free joiner run's on the same input.
+
+    .venv/bin/python -m bench.pipeline --events 100000
+    .venv/bin/python -m bench.pipeline --events 100000 --crash --kills 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from bench import pipeline_sink
+from bench.produce import make_events
+from bench.raw_producer import produce_all
+from flywheel.clients import codec as make_codec
+from flywheel.platform import ensure_infrastructure
+from flywheel.settings import Settings
+from schemas.events import EditObserved
+from streams.admin import TopicAdmin
+from streams.client import ROUTES
+from streams.serde import AvroCodec
+from streams.topics import TopicSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+TELEMETRY = ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
+ROLLOUTS = "rollouts.results"
+HOUR_MS = 3_600_000
+STATUS = re.compile(r"process: ([\d,]+) events")
+
+# A backlog of several topics is not read in event-time order (a fetch of 1 MiB holds ~7x more
+# outcomes than offers with code text), and 100k simulator events span ~5 h of event time: with
+# the demo's 1 h lateness most of a backlog would be late, and which events are late would
+# depend on fetch timing. So the bench allows 10 days (nothing is late) and, once the input is
+# consumed, sends one "tick" edit per partition 11 days after the last event: the watermark
+# passes every deadline and every suggestion is attributed with all its events, the same way in
+# every run.
+LATENESS_S = 864_000
+TICK_AFTER = timedelta(days=11)
+
+Payload = tuple[str, bytes, bytes]  # (platform topic, key, Avro value)
+
+
+@dataclass
+class Topics:
+    """One bench run's own copies of the platform topics (deleted by retention after an hour)."""
+
+    prefix: str = field(default_factory=lambda: f"bench.pipeline.{uuid.uuid4().hex[:8]}")
+
+    def of(self, platform: str) -> str:
+        return f"{self.prefix}.{platform}"
+
+    @property
+    def rewards(self) -> str:
+        return self.of("rewards")
+
+    def sources(self) -> list[str]:
+        return [self.of(t) for t in (*TELEMETRY, ROLLOUTS)]
+
+    def create(self, settings: Settings) -> None:
+        four = [*self.sources(), self.rewards]
+        ones = [self.of(t) for t in ("dlq.late", "dlq.joiner", "dlq.sink")]
+        TopicAdmin(settings.kafka_client_config()).ensure(
+            [TopicSpec(n, "session_id", "bench", 4, retention_ms=HOUR_MS) for n in four]
+            + [TopicSpec(n, "original key", "bench", 1, retention_ms=HOUR_MS) for n in ones]
+        )
+
+    def joiner_args(self, app_id: str) -> list[str]:
+        args = [a for t in TELEMETRY for a in ("--telemetry-topic", f"{self.of(t)}={t}")]
+        return [
+            *args, "--rollouts-topic", self.of(ROLLOUTS), "--rewards-topic", self.rewards,
+            "--dlq-late", self.of("dlq.late"), "--dlq-joiner", self.of("dlq.joiner"),
+            "--app-id", app_id, "--allowed-lateness-s", str(LATENESS_S), "--session-timeout-s", "6",
+        ]  # fmt: skip
+
+    def sink_args(self, lake: Path, group: str) -> list[str]:
+        platform = [*TELEMETRY, ROLLOUTS, "rewards"]
+        args = [a for t in platform for a in ("--decode-as", f"{self.of(t)}={t}")]
+        topics = ",".join(self.of(t) for t in platform)
+        return [
+            "--topics", topics, *args, "--lake", str(lake), "--group", group,
+            "--instance-id", f"{group}-0", "--dlq-topic", self.of("dlq.sink"),
+            "--max-age-s", "2", "--status-every-s", "1",
+        ]  # fmt: skip
+
+
+def payloads(codec: AvroCodec, n: int) -> list[Payload]:
+    """The first `n` simulator events, encoded like the SDK does, with their routing key."""
+    out = []
+    for event in make_events(n):
+        topic, key_field = ROUTES[type(event)]
+        out.append(
+            (topic, str(getattr(event, key_field)).encode(), codec.encode_event(topic, event))
+        )
+    return out
+
+
+def last_event_time(codec: AvroCodec, data: Sequence[Payload]) -> datetime:
+    times: list[datetime] = [codec.decode(t, v)["event_time"] for t, _, v in data]
+    return max(times)
+
+
+def send_ticks(settings: Settings, codec: AvroCodec, topics: Topics, at: datetime) -> list[str]:
+    """One EditObserved per partition of the edits copy at `at` (no suggestion: it only moves
+    the partition's watermark); their event ids."""
+    producer = Producer(settings.kafka_client_config())
+    ids = []
+    for p in range(4):
+        tick = EditObserved(
+            producer="bench/pipeline", event_time=at, session_id=f"bench-tick-{p}",
+            chars_inserted=1, chars_deleted=0,
+        )  # fmt: skip
+        value = codec.encode_event("telemetry.edits", tick)
+        producer.produce(topics.of("telemetry.edits"), value, tick.session_id.encode(), partition=p)
+        ids.append(tick.event_id)
+    if producer.flush(30) != 0:
+        raise RuntimeError("the ticks were not delivered")
+    return ids
+
+
+def caught_up(settings: Settings, group: str, topics: Topics) -> bool:
+    """Whether `group` has committed every source partition up to its end."""
+    c = consumer(settings, group)
+    try:
+        tps = [TopicPartition(t, p) for t in topics.sources() for p in range(4)]
+        for tp in c.committed(tps, timeout=10):
+            _, high = c.get_watermark_offsets(tp, timeout=10)
+            if tp.offset < high:
+                return False
+        return True
+    finally:
+        c.close()
+
+
+def fill(settings: Settings, topics: Topics, data: Sequence[Payload]) -> None:
+    config = {
+        **settings.kafka_client_config(), "linger.ms": 20, "compression.type": "zstd",
+        "partitioner": "murmur2_random", "enable.idempotence": True,
+    }  # fmt: skip
+    produce_all(config, ((topics.of(t), k, v) for t, k, v in data))
+
+
+def fill_paced(settings: Settings, topics: Topics, data: Sequence[Payload], rate: int) -> None:
+    """`fill` at about `rate` events/s (in 1 s chunks), so crashes land while events flow."""
+    for start in range(0, len(data), rate):
+        began = time.monotonic()
+        fill(settings, topics, data[start : start + rate])
+        time.sleep(max(0.0, 1 - (time.monotonic() - began)))
+
+
+def consumer(settings: Settings, group: str) -> Consumer:
+    return Consumer(
+        {
+            **settings.kafka_client_config(),
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+
+
+def baseline_rate(settings: Settings, codec: AvroCodec, topics: Topics, n: int) -> float:
+    """Events/s of confluent-kafka consume + Avro decode of the source topics (first record
+    excluded: the group join is not counted)."""
+    platform = {topics.of(t): t for t in (*TELEMETRY, ROLLOUTS)}
+    c = consumer(settings, f"{topics.prefix}.baseline")
+    c.subscribe(list(platform))
+    seen, start = 0, 0.0
+    while seen < n:
+        for m in c.consume(1000, 1.0):
+            if m.error() is not None:
+                continue
+            codec.decode(platform[m.topic()], m.value())  # type: ignore[index,arg-type]
+            seen += 1
+            if seen == 1:
+                start = time.perf_counter()
+    c.close()
+    return (n - 1) / (time.perf_counter() - start)
+
+
+class Proc:
+    """A `python -m ...` subprocess whose stderr lines are watched in a thread."""
+
+    def __init__(self, module: str, args: list[str], log: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.log = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.PIPE,
+        )
+        self.events = 0
+        self.first_at: float | None = None
+        self.first_events = 0
+        self.last_at = 0.0
+        self.first_cpu_s = 0.0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        stream = self.proc.stderr
+        if stream is None:
+            return
+        for line in stream:
+            self.log.write(line)
+            match = STATUS.search(line.decode(errors="replace"))
+            if match:
+                events = int(match.group(1).replace(",", ""))
+                now = time.perf_counter()
+                if events > 0 and self.first_at is None:
+                    self.first_at, self.first_events = now, events
+                    self.first_cpu_s = self.cpu_s()
+                if events > self.events:
+                    self.events, self.last_at = events, now
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the process so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, timeout_s: float = 60) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def joiner_rate(
+    settings: Settings,
+    codec: AvroCodec,
+    topics: Topics,
+    data: Sequence[Payload],
+    app_id: str,
+    log: Path,
+) -> tuple[float, float]:
+    """(events/s, events per CPU second) of one joiner worker draining `data` from `topics`,
+    then the ticks (which attribute everything still pending)."""
+    args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
+    worker = Proc("processors.joiner", args, log)
+    for n in (len(data), len(data) + 4):
+        while worker.events < n:
+            if worker.proc.poll() is not None:
+                raise RuntimeError(f"the joiner exited early; see {log}")
+            time.sleep(0.05)
+        if n == len(data):
+            send_ticks(settings, codec, topics, last_event_time(codec, data) + TICK_AFTER)
+    done = n - worker.first_events  # counted from the first status line with events
+    cpu = worker.cpu_s() - worker.first_cpu_s
+    while not caught_up(settings, app_id, topics):  # its last transaction is committed
+        time.sleep(0.5)
+    worker.stop()
+    first_at = worker.first_at or worker.last_at
+    return done / max(worker.last_at - first_at, 1e-9), done / max(cpu, 1e-9)
+
+
+def read_rewards(settings: Settings, codec: AvroCodec, topic: str) -> dict[str, float]:
+    """reward_id -> reward of every committed Reward in `topic` (read until 5 s of silence)."""
+    c = consumer(settings, f"{topic}.reader.{uuid.uuid4().hex[:6]}")
+    c.subscribe([topic])
+    out: dict[str, float] = {}
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 5:
+        batch = [m for m in c.consume(1000, 0.5) if m.error() is None]
+        if batch:
+            quiet_since = time.monotonic()
+        for m in batch:
+            record = codec.decode("rewards", m.value())  # type: ignore[arg-type]
+            out[str(record["reward_id"])] = float(record["reward"])
+    c.close()
+    return out
+
+
+def lake_check(
+    codec: AvroCodec, lake: Path, topics: Topics, data: Sequence[Payload], extra: Sequence[str]
+) -> list[str]:
+    """Problems found in the lake: event_ids not exactly once per topic, file offset ranges
+    per partition that overlap or leave gaps."""
+    import pyarrow.parquet as pq
+
+    from processors.lake.layout import parse_file_name
+
+    problems: list[str] = []
+    produced: dict[str, set[str]] = {t: set() for t in (*TELEMETRY, ROLLOUTS)}
+    for t, _, v in data:
+        produced[t].add(str(codec.decode(t, v)["event_id"]))
+    produced["telemetry.edits"].update(extra)  # the ticks
+    for platform in (*TELEMETRY, ROLLOUTS):
+        files = sorted(lake.glob(f"{topics.of(platform)}/**/*.parquet"))
+        ids: list[str] = []
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for path in files:
+            meta = parse_file_name(path)
+            if meta is None:
+                continue
+            ranges.setdefault(meta.partition, []).append((meta.first, meta.last))
+            ids += [str(i) for i in pq.read_table(path, columns=["event_id"]).column(0).to_pylist()]
+        expected = produced[platform]
+        if len(ids) != len(expected) or set(ids) != expected:
+            problems.append(
+                f"{platform}: {len(ids)} rows, {len(set(ids))} ids, {len(expected)} produced, "
+                f"{len(expected - set(ids))} missing"
+            )
+        for partition, spans in ranges.items():
+            spans.sort()
+            if spans[0][0] != 0:
+                problems.append(f"{platform}/{partition}: first file starts at {spans[0][0]}")
+            for (a0, a1), (b0, _) in itertools.pairwise(spans):
+                if b0 != a1 + 1:
+                    problems.append(f"{platform}/{partition}: [{a0},{a1}] then {b0}")
+    return problems
+
+
+def crash_run(
+    settings: Settings,
+    codec: AvroCodec,
+    data: Sequence[Payload],
+    kills: int,
+    rate: int,
+    log_dir: Path,
+) -> tuple[dict[str, float], list[str], int]:
+    """Joiner + sink on a fresh copy of the topics while `data` is produced, each SIGKILLed
+    `kills` times at random moments and restarted. (rewards, lake problems, kills done)."""
+    topics = Topics()
+    topics.create(settings)
+    lake = log_dir / "lake"
+    app_id = f"{topics.prefix}.joiner"
+    joiner_args = [*topics.joiner_args(app_id), "--status-every-s", "1"]
+    sink_args = topics.sink_args(lake, f"{topics.prefix}.sink")
+    filler = threading.Thread(target=fill_paced, args=(settings, topics, data, rate))
+    filler.start()
+    procs = {
+        "joiner": Proc("processors.joiner", joiner_args, log_dir / "crash-joiner.log"),
+        "sink": Proc("processors.lake", sink_args, log_dir / "crash-sink.log"),
+    }
+    rng = random.Random()
+    done = 0
+    for k in range(kills):
+        time.sleep(rng.uniform(3, 12))
+        name = ("joiner", "sink")[k % 2]  # alternate, at random moments
+        procs[name].proc.send_signal(signal.SIGKILL)
+        procs[name].proc.wait()
+        done += 1
+        print(f"crash {k + 1}/{kills}: SIGKILLed the {name}; restarting it", flush=True)
+        module = "processors.joiner" if name == "joiner" else "processors.lake"
+        args = joiner_args if name == "joiner" else sink_args
+        procs[name] = Proc(module, args, log_dir / f"crash-{name}.log")
+    filler.join()
+    tick_ids: list[str] = []
+    for ticks in (False, True):
+        if ticks:
+            tick_ids = send_ticks(
+                settings, codec, topics, last_event_time(codec, data) + TICK_AFTER
+            )
+        while not caught_up(settings, app_id, topics):
+            time.sleep(2)
+        print(f"the joiner caught up{' with the ticks' if ticks else ''}", flush=True)
+    procs["joiner"].stop()
+    rewards = read_rewards(settings, codec, topics.rewards)
+    while not caught_up(settings, f"{topics.prefix}.sink", topics):
+        time.sleep(2)  # the sink's last files (max-age 2 s) and commits
+    procs["sink"].stop()
+    return rewards, lake_check(codec, lake, topics, data, tick_ids), done
+
+
+def crash_free_rewards(
+    settings: Settings, codec: AvroCodec, data: Sequence[Payload], log_dir: Path
+) -> dict[str, float]:
+    topics = Topics()
+    topics.create(settings)
+    fill(settings, topics, data)
+    app_id = f"{topics.prefix}.joiner"
+    joiner_rate(settings, codec, topics, data, app_id, log_dir / "clean-joiner.log")
+    return read_rewards(settings, codec, topics.rewards)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--sink-rounds", type=int, default=1, help="0 skips (b)")
+    parser.add_argument("--paced-s", type=float, default=15.0, help="(c) duration; 0 skips")
+    parser.add_argument("--crash", action="store_true", help="(d) only: the crash check")
+    parser.add_argument("--kills", type=int, default=4)
+    parser.add_argument("--rate", type=int, default=4000, help="--crash: events/s produced")
+    args = parser.parse_args()
+    console = Console()
+    settings = Settings.from_env()
+    ensure_infrastructure(settings, lambda _: None)
+    codec = make_codec(settings)
+    print(f"encoding {args.events:,} simulator events", flush=True)
+    data = payloads(codec, args.events)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    print(f"logs and lakes under {log_dir}", flush=True)
+    figures = Table("figure", "value")
+    if args.crash:
+        print("crash-free joiner run", flush=True)
+        clean = crash_free_rewards(settings, codec, data, log_dir)
+        print(f"{len(clean):,} rewards; now the crash run", flush=True)
+        crashed, problems, kills = crash_run(settings, codec, data, args.kills, args.rate, log_dir)
+        for problem in problems:
+            console.print(f"[red]lake: {problem}")
+        figures.add_row("kills (joiner or sink)", str(kills))
+        figures.add_row("lake: event_ids once, ranges contiguous", "ok" if not problems else "FAIL")
+        same = crashed == clean
+        figures.add_row(
+            "rewards equal to crash-free run",
+            f"{'ok' if same else 'FAIL'} ({len(crashed):,} vs {len(clean):,})",
+        )
+        console.print(figures)
+        sys.exit(0 if same and not problems else 1)
+    topics = Topics()
+    topics.create(settings)
+    print(f"producing to {topics.prefix}.*", flush=True)
+    fill(settings, topics, data)
+    base = baseline_rate(settings, codec, topics, len(data))
+    print(f"baseline consume + decode: {base:,.0f} events/s; now the joiner", flush=True)
+    rate, per_cpu = joiner_rate(
+        settings, codec, topics, data, f"{topics.prefix}.joiner", log_dir / "joiner.log"
+    )
+    figures.add_row("(a) baseline consume+decode events/s", f"{base:,.0f}")
+    figures.add_row("(a) joiner events/s (1 worker)", f"{rate:,.0f}")
+    figures.add_row("(a) joiner / baseline", f"{rate / base:.3f}x")
+    figures.add_row("(a) joiner events per CPU-second", f"{per_cpu:,.0f}")
+    if args.sink_rounds > 0:
+        print("(b) sink vs decode + pyarrow (bench/pipeline_sink.py)", flush=True)
+        pipeline_sink.throughput(settings, codec, args.events, args.sink_rounds, console)
+    if args.paced_s > 0:
+        print("(c) event time -> visible in lake (bench/pipeline_sink.py)", flush=True)
+        pipeline_sink.latency(settings, codec, 2000, args.paced_s, 2.0, console)
+    console.print(figures)
+
+
+if __name__ == "__main__":
+    main()
