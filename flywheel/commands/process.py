@@ -69,7 +69,15 @@ def _telemetry_topics(
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="Events older than the watermark minus this go to the late DLQ.",
+    help="Events older than their topic's watermark minus this go to the late DLQ.",
+)
+@click.option(
+    "--idle-s",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="A telemetry topic that has not advanced for this long (wall clock) stops holding "
+    "back attribution, which waits for the slowest topic otherwise.",
 )
 @click.option(
     "--group-size",
@@ -145,6 +153,7 @@ def process(
     edits_window_s: float,
     tests_window_s: float,
     allowed_lateness_s: float,
+    idle_s: float,
     group_size: int,
     group_timeout_s: float,
     app_id: str,
@@ -195,6 +204,7 @@ def process(
             store=store,
             processing_guarantee=guarantee,
             session_timeout_s=session_timeout_s,
+            idle_s=idle_s,
         )
         app = build_app(
             app_id,

@@ -44,9 +44,12 @@ JOINER_GROUP = "flywheel.joiner"
 _POLL_S = 1.0
 _SLOW_POLL_S = 5.0  # registry reads and lag probes
 _TIMELINE_S = 10.0
-# The fleet's simulated clock runs ~100x faster than the wall clock, so a second of skew between
-# the joiner's topic fetches is minutes of event time: allow an hour (~40 s of wall clock).
-JOINER_LATENESS_S = 3600
+# Per-topic watermarks keep a topic that runs ahead from making another late, so the joiner
+# needs little lateness. The fleet's clock starts an hour after the newest offer in Kafka: every
+# topic's watermark of an earlier run (outcomes, edits, tests trail their offers by minutes)
+# stays behind the new run's first events.
+JOINER_LATENESS_S = 60
+FLEET_START_MARGIN = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class Demo:
     def _fleet(self) -> Fleet:
         s = self.settings
         newest = newest_event_time(s.kafka_client_config(), codec(s), "telemetry.suggestions")
-        start = fleet_start_time(newest, datetime.now(UTC), timedelta(seconds=JOINER_LATENESS_S))
+        start = fleet_start_time(newest, datetime.now(UTC), FLEET_START_MARGIN)
         config = config_with_overrides(
             load_config(self.options.config_path),
             {

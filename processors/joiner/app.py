@@ -51,6 +51,7 @@ class JoinerConfig:
     batch_size: int = 2000  # records per joiner batch: state is written once per key per batch
     batch_within_s: float = 0.05  # a partial batch is processed after this long
     producer_linger_s: float = 0.005  # batches changelog and reward records into fewer requests
+    idle_s: float = 2.0  # an input without progress this long stops holding back attribution
 
 
 class TableState:
@@ -125,7 +126,9 @@ def build_app(
     codec = AvroCodec.for_url(registry_url)
     sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
     groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
-    joiner = RewardJoiner(TableState(sessions), codec, functions, windows, outputs, stats)
+    joiner = RewardJoiner(
+        TableState(sessions), codec, functions, windows, outputs, stats, idle_s=config.idle_s
+    )
     grouper = RolloutGrouper(groups, codec, group_policy, outputs, stats)
 
     def lag(message: Any) -> None:

@@ -1,15 +1,22 @@
 """The joiner's steps over table-like state, free of faust (unit-testable with dicts).
 
 `RewardJoiner.on_batch` applies source records in order: it decodes, dead-letters, folds each
-event into its suggestions' pending state, advances the partition's watermark and attributes
-every suggestion of that partition whose deadline fell behind watermark - allowed lateness;
-then it writes each changed key once (`Batch`). All reward math is `processors.rewards`'; this
-module only moves state and records.
+event into its suggestions' pending state, advances its input's watermark and attributes every
+suggestion of that partition whose deadline fell behind the partition's attribution watermark -
+allowed lateness; then it writes each changed key once (`Batch`).
+
+Watermarks are kept per input topic and partition, as in Flink: an event is late only against
+its own topic's watermark (within a topic partition events arrive in event-time order), and a
+partition's attribution watermark is the minimum over its inputs, leaving out inputs idle for
+`idle_s` of wall clock. A fetch that brings one topic far ahead of another (a backlog, a slow
+topic) therefore delays attribution instead of sending the slower topic's events to dlq.late.
+All reward math is `processors.rewards`'; this module only moves state and records.
 
 State layout (one table, so one changelog partition holds all of a partition's state in
 order): `<suggestion_id>` → JSON `{"p": partition, "k": session_id, "e": [[platform_topic,
 base64 Avro value], ...]}` (the suggestion's source records; see `_Stored`);
-`\\x00wm/<partition>` → the watermark (epoch ms); `\\x00off/<topic>/<partition>` → the last
+`\\x00wm/<topic>/<partition>` → an input's watermark (epoch ms);
+`\\x00off/<topic>/<partition>` → the last
 source offset applied. Due suggestions are found through an in-memory heap of deadlines per
 partition, rebuilt from the table on first use and after a rebalance. Offset markers are
 written after the state they cover, so after a crash a replayed record at or below one is
@@ -21,6 +28,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +43,7 @@ from processors.rewards.attribution import (
     Windows,
     add,
     attribute,
+    combined_watermark,
     deadline_ms,
     is_late,
     rewards,
@@ -85,8 +94,18 @@ def offset_key(topic: str, partition: int) -> str:
     return f"{MARK}off/{topic}/{partition}"
 
 
-def watermark_key(partition: int) -> str:
-    return f"{MARK}wm/{partition}"
+# The inputs joined per suggestion (platform topic names); their watermarks gate attribution.
+JOINED_TOPICS = (
+    "telemetry.suggestions",
+    "telemetry.outcomes",
+    "telemetry.edits",
+    "telemetry.tests",
+)
+DEFAULT_IDLE_S = 2.0
+
+
+def watermark_key(topic: str, partition: int) -> str:
+    return f"{MARK}wm/{topic}/{partition}"
 
 
 def now_utc() -> datetime:
@@ -211,8 +230,16 @@ class RewardJoiner:
         outputs: Outputs,
         stats: JoinerStats,
         clock: Callable[[], datetime] = now_utc,
+        *,
+        idle_s: float = DEFAULT_IDLE_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``idle_s``: wall seconds without progress after which an input stops holding back
+        the partition's attribution watermark (``monotonic`` reads that clock)."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
+        self._idle_s, self._monotonic = idle_s, monotonic
+        # (topic, partition) → monotonic time its watermark last advanced (memory only).
+        self._advanced: dict[tuple[str, int], float] = {}
         self._codec = codec
         self._functions = tuple(functions)
         self._windows = windows
@@ -272,7 +299,8 @@ class RewardJoiner:
 
     async def _fold(self, batch: Batch, rec: SourceRecord, event: Event) -> None:
         event_ms = encode_time(event.event_time)
-        stored = batch.get(watermark_key(rec.partition))
+        key = watermark_key(rec.platform_topic, rec.partition)
+        stored = batch.get(key)
         watermark = Watermark(None if stored is None else int(stored))
         if is_late(event_ms, watermark.value_ms, self._windows):
             await self._late(rec, event, event_ms, watermark.value_ms or 0)
@@ -284,14 +312,31 @@ class RewardJoiner:
             self._add(batch, rec, session_id, ids, event)
         watermark.observe(event_ms)
         if watermark.value_ms != stored and watermark.value_ms is not None:
-            batch.put(rec.partition, watermark_key(rec.partition), watermark.value_ms)
-        if watermark.value_ms is not None:
-            await self._attribute_due(batch, rec.partition, watermark.value_ms)
+            batch.put(rec.partition, key, watermark.value_ms)
+            self._advanced[(rec.platform_topic, rec.partition)] = self._monotonic()
+        attribution_ms = self._attribution_watermark(batch, rec.partition)
+        if attribution_ms is not None:
+            await self._attribute_due(batch, rec.partition, attribution_ms)
+
+    def _attribution_watermark(self, batch: Batch, partition: int) -> int | None:
+        """The minimum of the partition's input watermarks, idle inputs left out."""
+        now = self._monotonic()
+        marks: dict[str, int] = {}
+        idle: set[str] = set()
+        for topic in JOINED_TOPICS:
+            value = batch.get(watermark_key(topic, partition))
+            if value is None:
+                continue
+            marks[topic] = int(value)
+            # An input first seen after a restart counts as active until it stays still.
+            if now - self._advanced.setdefault((topic, partition), now) > self._idle_s:
+                idle.add(topic)
+        return combined_watermark(marks, idle)
 
     async def _late(self, rec: SourceRecord, event: Event, event_ms: int, wm_ms: int) -> None:
         reason = (
             f"event_time {event_ms} ms is {wm_ms - event_ms} ms behind the watermark {wm_ms} ms "
-            f"of partition {rec.partition}, more than the allowed lateness of "
+            f"of {rec.platform_topic} partition {rec.partition}, more than the allowed lateness of "
             f"{self._windows.allowed_lateness_ms} ms"
         )
         letter = late_dead_letter(reason, event.to_record(), rec.origin(), rec.platform_topic)

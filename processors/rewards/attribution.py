@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, TypeVar
@@ -305,8 +305,25 @@ def rewards(
     return out
 
 
+def combined_watermark(
+    watermarks: Mapping[str, int], idle: Collection[str] = frozenset()
+) -> int | None:
+    """The attribution watermark of a partition fed by several inputs (topics).
+
+    Each input has its own watermark (the largest event time it has delivered); an event can
+    still arrive on time on the *slowest* input, so the partition is only as far as the minimum.
+    Inputs in ``idle`` (no progress for a while: nothing left to read) are left out so they do
+    not stall attribution; when every input is idle the largest watermark counts. None when no
+    input has a watermark yet.
+    """
+    if not watermarks:
+        return None
+    active = [ms for topic, ms in watermarks.items() if topic not in idle]
+    return min(active) if active else max(watermarks.values())
+
+
 class Watermark:
-    """A partition's event-time watermark: the largest event time seen (epoch ms).
+    """An input's event-time watermark: the largest event time seen (epoch ms).
 
     ``value_ms`` is None before the first event. Not thread-safe; keep one per partition.
     """

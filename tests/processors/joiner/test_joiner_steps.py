@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,15 @@ class FakeRegistry:
         return self.subjects.setdefault(subject, len(self.subjects) + 1)
 
 
+def joiner_over(state: Any, h: Harness, *, idle_s: float = 0.0) -> RewardJoiner:
+    """A joiner whose clock ticks on every read: with ``idle_s=0`` an input that did not move in
+    this very step counts as idle, so the latest event's time drives attribution (one input)."""
+    return RewardJoiner(
+        state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=idle_s, monotonic=itertools.count().__next__,
+    )  # fmt: skip
+
+
 class Harness:
     def __init__(self) -> None:
         self.codec = AvroCodec(FakeRegistry())  # type: ignore[arg-type]  # a fake registry
@@ -65,9 +75,7 @@ class Harness:
             self.letters.append((topic, letter))
 
         self.outputs = Outputs(emit, dead_letter, "dlq.late", "dlq.joiner", "tests/joiner")
-        self.joiner = RewardJoiner(
-            self.state, self.codec, reward_functions(["tab@1"]), WINDOWS, self.outputs, self.stats
-        )
+        self.joiner = joiner_over(self.state, self)
         self.grouper = RolloutGrouper(
             {}, self.codec, GroupPolicy(expected_size=3), self.outputs, self.stats
         )
@@ -137,22 +145,23 @@ def test_joiner_skips_records_replayed_at_or_below_the_applied_offset() -> None:
 
 def test_joiner_sends_late_events_to_the_late_dlq_with_the_reason() -> None:
     h = Harness()
-    h.feed(tick("s", 10_000))
-    late = outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 5_000)
+    h.feed(outcome(str(uuid.uuid4()), "s", Outcome.ACCEPTED, 10_000))
+    late = outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 5_000)  # behind its own topic
     h.feed(late)
     [(topic, letter)] = h.letters
     assert topic == "dlq.late"
     assert letter.header("flywheel.cause") == "late"
     assert letter.header("flywheel.stage") == "joiner"
     assert "is 5000 ms behind the watermark" in (letter.header("flywheel.error") or "")
+    assert "of telemetry.outcomes partition 0" in (letter.header("flywheel.error") or "")
     assert letter.value  # outcomes carry no code text: the bytes are kept for replay
     assert h.stats.late == 1
-    assert not [k for k in h.state if not k.startswith("\x00")]
+    assert late.suggestion_id not in h.state  # a late event leaves no state behind
 
 
 def test_joiner_withholds_late_offer_bodies_in_privacy_mode() -> None:
     h = Harness()
-    h.feed(tick("s", 10_000))
+    h.feed(offered("s", event_time=at(10_000)))
     h.feed(offered("s", event_time=at(0), privacy_mode=True, suggestion_text=None))
     [(_, letter)] = h.letters
     assert letter.value == b""
@@ -204,11 +213,9 @@ def test_rollout_groups_emit_when_complete_and_stragglers_are_late() -> None:
 def test_joiner_rebuilds_its_deadline_index_from_the_table_after_a_restart() -> None:
     h = Harness()
     h.feed(offered("s", event_time=at(0)), tick("s", 100))
-    restarted = RewardJoiner(
-        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats
-    )
-    rec = h.record(tick("s", 5000))
-    asyncio.run(restarted.on_event(rec))
+    restarted = joiner_over(h.state, h)
+    for ms in (5000, 5001):  # the suggestions input, still after the restart, turns idle
+        asyncio.run(restarted.on_event(h.record(tick("s", ms))))
     assert len(h.emitted) == 1
 
 
@@ -227,12 +234,12 @@ class CountingState(DictState):
 def test_joiner_batch_writes_each_changed_key_once() -> None:
     h = Harness()
     state = CountingState()
-    joiner = RewardJoiner(state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats)
+    joiner = joiner_over(state, h)
     offer = offered("s", event_time=at(0))
     events = [offer, outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100), tick("s", 200)]
     asyncio.run(joiner.on_batch([h.record(e) for e in events]))
     assert state.writes[offer.suggestion_id] == 1
-    assert state.writes[watermark_key(0)] == 1
+    assert state.writes[watermark_key("telemetry.edits", 0)] == 1
     assert all(n == 1 for n in state.writes.values())
     # Same result as one event at a time: the deadline passes later, one reward.
     asyncio.run(joiner.on_batch([h.record(tick("s", 5000))]))
@@ -248,3 +255,34 @@ def test_joiner_reads_state_of_the_previous_layout() -> None:
     assert '"s":' in h.state[offer.suggestion_id]  # rewritten in its own layout
     h.feed(tick("s", 5000))
     assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+
+
+def test_a_topic_running_ahead_does_not_make_another_late() -> None:
+    """A backlog fetch brings edits far ahead: outcomes behind them are on time, and the
+    suggestion waits for its outcome instead of being attributed as ignored."""
+    h = Harness()
+    h.joiner = joiner_over(h.state, h, idle_s=1e9)  # no input ever idle here
+    offer = offered("s", event_time=at(0))
+    h.feed(offer, tick("s", 60_000))  # edits are a minute ahead
+    assert h.emitted == [] and h.letters == []
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 500))  # not late
+    assert h.letters == [] and h.emitted == []  # suggestions' own watermark holds it back
+    h.feed(offered("s", event_time=at(5_000)), outcome(str(uuid.uuid4()), "s",
+           Outcome.REJECTED, 5_000))  # fmt: skip
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+
+
+def test_an_idle_input_stops_holding_back_attribution() -> None:
+    h = Harness()
+    clock = iter(range(0, 10_000, 5))
+    h.joiner = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=20.0, monotonic=lambda: float(next(clock)),
+    )  # fmt: skip
+    offer = offered("s", event_time=at(0))
+    h.feed(offer)  # suggestions input at 0, then silent
+    h.feed(tick("s", 4000))
+    assert h.emitted == []  # the suggestions input was active a moment ago
+    for ms in range(4100, 4600, 100):
+        h.feed(tick("s", ms))  # the clock moves 5 s per read: suggestions go idle
+    assert len(h.emitted) == 1

@@ -82,7 +82,7 @@ class Worker:
             sys.executable, "-m", "processors.joiner", *topics.args(), "--app-id", app_id,
             "--outcome-window-s", "2", "--edits-window-s", "2", "--tests-window-s", "2",
             "--allowed-lateness-s", "1", "--group-size", "3", "--session-timeout-s", "6",
-            "--status-every-s", "1", "--once-idle-s", "60",
+            "--status-every-s", "1", "--once-idle-s", "60", "--idle-s", "0",
         ]  # fmt: skip
         self.logs = log
         self.starts = 0
@@ -218,11 +218,13 @@ def session_events(session: str, base_s: float = 0) -> tuple[list[Event], dict[s
     return events, expected
 
 
-def tick(session: str, after_s: float = 60) -> EditObserved:
-    """An event far in the future on the session's partition: moves the watermark on."""
-    return EditObserved(
-        producer=PRODUCER, event_time=T0 + timedelta(seconds=after_s), session_id=session,
-        chars_inserted=1, chars_deleted=0,
+def tick(session: str, after_s: float = 60) -> SuggestionOutcome:
+    """An outcome (of no known offer) far in the future on the session's partition: moves the
+    outcomes topic's watermark on; with `--idle-s 0` the other inputs do not hold it back."""
+    return SuggestionOutcome(
+        producer=PRODUCER, event_time=T0 + timedelta(seconds=after_s),
+        suggestion_id=str(uuid.uuid4()), session_id=session, outcome=Outcome.REJECTED,
+        accepted_chars=0, time_to_decision_ms=1,
     )  # fmt: skip
 
 

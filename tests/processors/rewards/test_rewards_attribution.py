@@ -256,3 +256,13 @@ def test_rewards_reject_a_naive_time() -> None:
     a = attribute(fold(events()), WINDOWS)
     with pytest.raises(RewardError, match="naive"):
         rewards(a, reward_functions(["tab@1"]), datetime(2026, 1, 1), PRODUCER)
+
+
+def test_combined_watermark_is_the_slowest_active_input() -> None:
+    from processors.rewards.attribution import combined_watermark
+
+    marks = {"a": 100, "b": 40, "c": 70}
+    assert combined_watermark(marks) == 40
+    assert combined_watermark(marks, idle={"b"}) == 70
+    assert combined_watermark(marks, idle={"a", "b", "c"}) == 100  # all idle: the furthest
+    assert combined_watermark({}) is None
