@@ -238,8 +238,10 @@ class RewardJoiner:
         the partition's attribution watermark (``monotonic`` reads that clock)."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._idle_s, self._monotonic = idle_s, monotonic
-        # (topic, partition) → monotonic time its watermark last advanced (memory only).
+        # (topic, partition) → monotonic time its watermark last advanced (memory only); an
+        # input not seen moving since this process started counts from the start.
         self._advanced: dict[tuple[str, int], float] = {}
+        self._started = monotonic()
         self._codec = codec
         self._functions = tuple(functions)
         self._windows = windows
@@ -328,8 +330,8 @@ class RewardJoiner:
             if value is None:
                 continue
             marks[topic] = int(value)
-            # An input first seen after a restart counts as active until it stays still.
-            if now - self._advanced.setdefault((topic, partition), now) > self._idle_s:
+            # An input that has not moved since a restart goes idle idle_s after the start.
+            if now - self._advanced.get((topic, partition), self._started) > self._idle_s:
                 idle.add(topic)
         return combined_watermark(marks, idle)
 
