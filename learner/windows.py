@@ -54,7 +54,7 @@ TEMP_PREFIX = ".tmp-"
 Enrich = Callable[[pa.Table], pa.Table]  # adds point-in-time feature columns to reward rows
 _BASE_COLUMNS = (
     "source_id", "context", "decision", "propensity", "reward", "model_version", "event_time",
-    "attributed_at", "_partition", "_offset",
+    "attributed_at",
 )  # fmt: skip
 _FILTER_COLUMNS = ("source", "reward_fn", "model_name")
 
@@ -200,7 +200,9 @@ def _read_file(
 ) -> pa.Table:
     """One lake file's suggestion rows of ``reward_fn`` (and ``model``), ``columns`` only."""
     wanted = None if columns is None else [*columns, *_FILTER_COLUMNS]
-    table = pq.read_table(path, columns=wanted)
+    # Low-cardinality strings as dictionaries: filtering compares a few codes, not every string.
+    codes = None if columns is None else [*_FILTER_COLUMNS, "decision"]
+    table = pq.read_table(path, columns=wanted, read_dictionary=codes)
     keep = pc.and_(
         pc.equal(table.column("source"), "SUGGESTION"),
         pc.equal(table.column("reward_fn"), reward_fn),
@@ -296,7 +298,7 @@ def _to_rows(table: pa.Table, context_dim: int) -> RewardRows:
     return RewardRows(
         source_id=column("source_id").astype(object),
         context=flat.astype(np.float32).reshape(n, context_dim),
-        shown=column("decision") == "SHOWN",
+        shown=pc.equal(table.column("decision"), "SHOWN").to_numpy(zero_copy_only=False),
         propensity=column("propensity").astype(np.float64),
         reward=column("reward").astype(np.float64),
         model_version=column("model_version").astype(np.int64),
