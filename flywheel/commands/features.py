@@ -23,6 +23,7 @@ from rich.table import Column, Table
 
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
+from flywheel.listen import listen
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -143,7 +144,7 @@ def serve(host: str, port: int, **options: Any) -> None:
     from feature_store.service import create_app
 
     processor = _processor(**options)
-    sock = _listen(host, port)
+    sock = listen(host, port)
     stop = threading.Event()
     worker = threading.Thread(
         target=processor.run,
@@ -318,19 +319,3 @@ def _processor(
 
 def processor_topics(processor: Any) -> list[str]:
     return [f"{t}" if t == s else f"{t} (as {s})" for t, s in processor.topics.items()]
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A bound socket for uvicorn, with TCP_NODELAY (inherited by accepted connections): without
-    it Nagle's algorithm and delayed ACKs add ~40 ms to each keep-alive response."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise click.ClickException(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port"
-        ) from None
-    return sock

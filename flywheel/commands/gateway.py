@@ -6,15 +6,13 @@ the key file under FLYWHEEL_HOME and uvicorn.
 
 from __future__ import annotations
 
-import socket
-
 import click
 import uvicorn
 from rich.table import Table
 
 from flywheel.console import err, out
+from flywheel.listen import listen
 from flywheel.settings import Settings
-from streams.gateway.errors import ListenError
 from streams.gateway.keys import ApiKeyStore, default_key_path
 from streams.gateway.parsing import GATEWAY_EVENT_TYPES
 
@@ -66,7 +64,7 @@ def serve(host: str, port: int, max_body_bytes: int, max_events: int) -> None:
             "[yellow]no active API keys[/]: every request will get 401; "
             "add one with `flywheel gateway add-key NAME`"
         )
-    sock = _listen(host, port)  # before the client starts: a busy port fails fast and clearly
+    sock = listen(host, port)  # before the client starts: a busy port fails fast and clearly
     client = telemetry_client(settings, name="gateway")
     app = create_app(client, keys, max_body_bytes=max_body_bytes, max_events=max_events)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
@@ -86,21 +84,6 @@ def serve(host: str, port: int, max_body_bytes: int, max_events: int) -> None:
             f"gateway stopped: {stats.acked} event(s) acknowledged, {stats.spooled} spooled "
             f"for the next start, {stats.failed} failed"
         )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port, for uvicorn to listen on; ListenError naming the fix."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        raise ListenError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --port or "
-            "--host, or stop the process using it"
-        ) from None
-    return sock
 
 
 @gateway.command("add-key")

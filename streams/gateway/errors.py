@@ -53,7 +53,3 @@ class EventRefused(GatewayError):
 
 class KeyStoreError(GatewayError):
     """The API key file is unreadable, or a key operation names a key wrongly."""
-
-
-class ListenError(GatewayError):
-    """The gateway cannot listen on the host and port it was given."""
