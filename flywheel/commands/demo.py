@@ -114,10 +114,10 @@ def demo(
     """Run the closed loop on the local stack until VERSIONS models are decided.
 
     Starts the stack, the simulated IDE fleet (v0 heuristic policy), the reward joiner, the lake
-    sink and the continuous learner; the fleet follows every model the learner publishes. Shows
-    live progress; Ctrl-C stops cleanly. Prints the per-version result table, stores it in the
-    lake (demo.results) and writes an HTML report. The lake, catalog and models stay for
-    `flywheel query` and `flywheel models list`.
+    sink, the online feature processor and the continuous learner; the fleet follows every model
+    the learner publishes. Shows live progress; Ctrl-C stops cleanly. Prints the per-version
+    result table, stores it in the lake (demo.results) and writes an HTML report. The lake,
+    catalog and models stay for `flywheel query` and `flywheel models list`.
     """
     settings = Settings.from_env()
     run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")

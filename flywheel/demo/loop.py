@@ -120,6 +120,8 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
             ["process", "--status-every-s", "10", "--allowed-lateness-s", str(JOINER_LATENESS_S)],
         ),
         WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
+        # Online features from the rewards, as FeatureUpdates (into the lake through the sink).
+        WorkerSpec("features", ["features", "run", "--status-every-s", "10"]),
         WorkerSpec(
             "learner",
             [
