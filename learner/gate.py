@@ -53,6 +53,9 @@ class GateConfig:
     """Thresholds of :class:`OffPolicyGate`."""
 
     tolerance: float = 0.0  # candidate may be at most this much worse (reward per request)
+    # ... or, when positive, must be at least this much better: the lower bound of the paired
+    # lift must exceed it, so a tie with production (a converged policy) is not promoted.
+    min_lift: float = 0.002
     min_effective_sample_size: float = 100.0
     confidence: float = DEFAULT_CONFIDENCE
     resamples: int = DEFAULT_BOOTSTRAP
@@ -60,9 +63,15 @@ class GateConfig:
     floor: float = 0.05  # exploration floor the serving fleet applies to every policy
 
     def __post_init__(self) -> None:
-        if self.tolerance < 0 or self.min_effective_sample_size < 0 or not 0 <= self.floor < 0.5:
+        if (
+            self.tolerance < 0
+            or self.min_lift < 0
+            or self.min_effective_sample_size < 0
+            or not 0 <= self.floor < 0.5
+        ):
             raise LearnerError(
-                f"gate tolerance={self.tolerance}, min_effective_sample_size="
+                f"gate tolerance={self.tolerance}, min_lift={self.min_lift}, "
+                f"min_effective_sample_size="
                 f"{self.min_effective_sample_size} must be >= 0 and floor={self.floor} in "
                 "[0, 0.5); fix the gate config."
             )
@@ -157,6 +166,8 @@ class OffPolicyGate:
             )
         if r.dr_difference_lower <= -c.tolerance:
             return False, f"not shown to be within {c.tolerance} of production: {figures}"
+        if c.min_lift > 0 and r.dr_difference_lower <= c.min_lift:
+            return False, f"not shown to be {c.min_lift} better than production: {figures}"
         return True, f"passed: {figures}"
 
     def _probabilities(self, policy: GatePolicy, rows: RewardRows) -> np.ndarray:

@@ -87,3 +87,14 @@ def test_canary_decisions() -> None:
     assert final.verdict in (CanaryVerdict.PROMOTE, CanaryVerdict.ROLLBACK)
     with pytest.raises(LearnerError):
         decide(better, production, min_requests=100, confidence=0.2)
+
+
+def test_a_tie_with_production_is_not_a_new_version() -> None:
+    """The candidate *is* production: within tolerance, but not the minimum lift better."""
+    rows = _heldout(5000, 3)
+    gate = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=50, tolerance=0.01))
+    decision = gate.decide(HeuristicPolicy(), HeuristicPolicy(), rows)
+    assert not decision.passed and "better than production" in decision.reason
+    no_lift = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=50,
+                                       tolerance=0.01, min_lift=0.0))  # fmt: skip
+    assert no_lift.decide(HeuristicPolicy(), HeuristicPolicy(), rows).passed
