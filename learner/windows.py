@@ -383,10 +383,3 @@ def plan_streams(
 def _shares(root: Path, windows: Sequence[WindowRecord], total: float) -> list[StreamChoice]:
     rows = sum(w.rows for w in windows)
     return [StreamChoice(w.name, root / w.name, total * w.rows / rows, w.samples) for w in windows]
-
-
-def make_streams(plan: Sequence[StreamChoice]) -> list[object]:
-    """``streaming.Stream`` objects (local only) of a plan, with their proportions."""
-    from streaming import Stream  # imported late: importing streaming pulls in torchvision
-
-    return [Stream(local=str(c.local), proportion=c.proportion) for c in plan]

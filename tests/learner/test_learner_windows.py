@@ -14,10 +14,11 @@ import pytest
 
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
+from learner.loader import WindowStream
 from learner.offline import write_reward_lake
 from learner.samples import RewardRows, SampleSpec, collate_rows
 from learner.window_manifest import MANIFEST_NAME, read_manifest, write_manifest
-from learner.windows import build_window, load_rows, make_streams, plan_streams
+from learner.windows import build_window, load_rows, plan_streams
 
 FN = "tab@1"
 
@@ -168,7 +169,7 @@ def test_plan_streams_mixes_the_new_window_with_replay(tmp_path: Path) -> None:
     assert plan[0].proportion == pytest.approx(0.75)
     assert sum(c.proportion for c in plan) == pytest.approx(1.0)
     assert plan[2].proportion > plan[1].proportion  # replay share follows rows
-    streams = make_streams(plan)
+    streams = [WindowStream(local=c.local, proportion=c.proportion).to_stream() for c in plan]
     assert len(streams) == 3
     with pytest.raises(LearnerError, match="build_window"):
         plan_streams(mds, "empty", FN)
