@@ -118,21 +118,33 @@ def _names(raw: str | None) -> list[str] | None:
     return [n.strip() for n in raw.split(",") if n.strip()]
 
 
+def parse_as_of(text: str) -> int | datetime:
+    """An ``as_of`` as given by a user: epoch milliseconds (digits) or ISO 8601 with a zone.
+
+    Raises ValueError for anything else (a time without a zone would be ambiguous).
+    """
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError(f"{text!r} is neither epoch milliseconds nor ISO 8601 with a zone (…Z)")
+    return parsed
+
+
 def _as_of(raw: Any) -> datetime | int | None:
-    """Epoch ms (int or digits) or ISO 8601 with a zone; _BadRequest otherwise."""
+    """Epoch ms (int or text) or ISO 8601 with a zone; _BadRequest otherwise."""
     if raw is None or raw == "":
         return None
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     if isinstance(raw, str):
-        if raw.lstrip("-").isdigit():
-            return int(raw)
         try:
-            parsed = datetime.fromisoformat(raw)
-        except ValueError:
-            parsed = None
-        if parsed is not None and parsed.tzinfo is not None:
-            return parsed
+            return parse_as_of(raw)
+        except ValueError as exc:
+            raise _BadRequest(400, f"as_of {exc}") from None
     raise _BadRequest(
         400, f"as_of {raw!r} is neither epoch milliseconds nor ISO 8601 with a zone (…Z)"
     )

@@ -265,15 +265,15 @@ def _offline_values(
 def _parse_as_of(raw: str | None) -> int:
     if raw is None:
         return int(datetime.now(UTC).timestamp() * 1000)
-    if raw.lstrip("-").isdigit():
-        return int(raw)
+    from feature_store.service import parse_as_of
+
     try:
-        parsed = datetime.fromisoformat(raw)
+        value = parse_as_of(raw)
     except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise click.BadParameter(f"--as-of {raw!r}: give epoch ms or ISO 8601 with a zone")
-    return int(parsed.timestamp() * 1000)
+        raise click.BadParameter(
+            f"--as-of {raw!r}: give epoch ms or ISO 8601 with a zone"
+        ) from None
+    return int(value.timestamp() * 1000) if isinstance(value, datetime) else value
 
 
 def _processor(
