@@ -1,8 +1,9 @@
-"""The listening socket every HTTP service of the CLI hands to uvicorn."""
+"""The listening socket every HTTP service of the CLI hands to uvicorn, and running it."""
 
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from flywheel.errors import FlywheelError
 
@@ -27,3 +28,16 @@ def listen(host: str, port: int) -> socket.socket:
             "--host, or stop the process using it"
         ) from None
     return sock
+
+
+def run_server(app: Any, sock: socket.socket) -> None:
+    """Run the ASGI ``app`` with uvicorn on ``sock`` until Ctrl-C or SIGTERM; closes ``sock``."""
+    import uvicorn  # imported here so `--help` stays fast
+
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
+    finally:
+        sock.close()

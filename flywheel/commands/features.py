@@ -23,7 +23,7 @@ from rich.table import Column, Table
 
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
-from flywheel.listen import listen
+from flywheel.listen import listen, run_server
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -139,8 +139,6 @@ def serve(host: str, port: int, **options: Any) -> None:
     GET /features/<entity_type>/<entity_id>, POST /features/<entity_type> (a list of ids),
     GET /healthz (503 until the processor has caught up).
     """
-    import uvicorn
-
     from feature_store.service import create_app
 
     processor = _processor(**options)
@@ -159,13 +157,9 @@ def serve(host: str, port: int, **options: Any) -> None:
         f"[green]features[/] on http://{host}:{port} (GET /features/<type>/<id>, POST "
         f"/features/<type>, GET /healthz), reading {', '.join(processor_topics(processor))}"
     )
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
     try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
+        run_server(app, sock)
     finally:
-        sock.close()
         stop.set()
         worker.join(timeout=30)
 

@@ -7,11 +7,10 @@ the key file under FLYWHEEL_HOME and uvicorn.
 from __future__ import annotations
 
 import click
-import uvicorn
 from rich.table import Table
 
 from flywheel.console import err, out
-from flywheel.listen import listen
+from flywheel.listen import listen, run_server
 from flywheel.settings import Settings
 from streams.gateway.keys import ApiKeyStore, default_key_path
 from streams.gateway.parsing import GATEWAY_EVENT_TYPES
@@ -67,18 +66,14 @@ def serve(host: str, port: int, max_body_bytes: int, max_events: int) -> None:
     sock = listen(host, port)  # before the client starts: a busy port fails fast and clearly
     client = telemetry_client(settings, name="gateway")
     app = create_app(client, keys, max_body_bytes=max_body_bytes, max_events=max_events)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
     out.print(
         f"[green]gateway[/] on http://{host}:{port} (POST /v1/events, GET /healthz, "
         f"GET /metrics), {len(active)} active key(s), broker {settings.kafka_bootstrap}; "
         "Ctrl-C to stop"
     )
     try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
+        run_server(app, sock)
     finally:
-        sock.close()
         stats = client.close()
         out.print(
             f"gateway stopped: {stats.acked} event(s) acknowledged, {stats.spooled} spooled "
