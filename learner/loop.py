@@ -40,7 +40,7 @@ from learner.gate import (
 from learner.loader import WindowStream
 from learner.objective import GateObjective, fit_reward_model
 from learner.policy import GatePolicyNet, ServingPolicy, load_net, save_policy
-from learner.registry import ModelRegistry, VersionState
+from learner.registry import DECIDED, ModelRegistry
 from learner.samples import RewardRows, collate_rows
 from learner.trainer import Trainer, TrainerConfig
 from learner.window_manifest import WindowRecord, read_manifest
@@ -118,8 +118,7 @@ class ContinuousLearner:
         return results
 
     def _decided_count(self) -> int:
-        final = {ModelEventType.PROMOTED, ModelEventType.GATE_FAILED, ModelEventType.ROLLED_BACK}
-        return sum(v.status in final for v in self.registry.versions(self.model_name).values())
+        return sum(v.status in DECIDED for v in self.registry.versions(self.model_name).values())
 
     def _trained_windows(self) -> set[str]:
         return {
@@ -407,7 +406,7 @@ class ContinuousLearner:
         net: GatePolicyNet,
         new: Sequence[WindowRecord],
         metrics: dict[str, float],
-    ) -> VersionState:
+    ) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             save_policy(net, Path(tmp))
             ref = publish_artifact(self.paths.models_root, self.model_name, version, Path(tmp))
@@ -430,7 +429,6 @@ class ContinuousLearner:
             metrics=metrics,
             version=version,
         )
-        return self.registry.version(self.model_name, version)
 
 
 def _no_features(table: pa.Table) -> pa.Table:

@@ -40,6 +40,13 @@ FALLBACK_VERSION = 0  # the simulator's heuristic policy; never registered
 NO_WINDOW = TrainingWindow(mds_dataset="", mds_windows=(), lake_ranges=())
 
 
+# A version's decision is final once it reached one of these; REGISTERED, GATE_PASSED and
+# CANARY_STARTED are steps in flight.
+DECIDED = frozenset(
+    {ModelEventType.PROMOTED, ModelEventType.GATE_FAILED, ModelEventType.ROLLED_BACK}
+)
+
+
 class RegistryError(LearnerError):
     """The registry cannot do what was asked (unknown version, nothing to roll back, Kafka)."""
 

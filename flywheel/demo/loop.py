@@ -23,14 +23,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from flywheel.clients import codec, pseudonymizer, telemetry_client
 from flywheel.demo.fleet_driver import FleetDriver
-from flywheel.demo.measure import DECIDED, LiveVersions, Timeline, version_results
+from flywheel.demo.measure import LiveVersions, Timeline, version_results
 from flywheel.demo.results import RunResults
 from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.settings import Settings
 from learner.config import LearnerConfig
 from learner.features import OnlineFeatureProvider
 from learner.policy import FeatureProvider, load_policy
-from learner.registry import ModelRegistry, VersionState
+from learner.registry import DECIDED, ModelRegistry, VersionState
 from learner.serving import ModelSubscriber
 from schemas.records import decode_time
 from simulator import Fleet, build_policy, config_with_overrides, load_config

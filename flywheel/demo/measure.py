@@ -7,18 +7,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from flywheel.demo.results import TimelinePoint, VersionResult
-from learner.registry import VersionState
+from learner.loop import WINDOW_LAST_EVENT_METRIC
+from learner.registry import DECIDED, VersionState
 from learner.serving import Routed
 from schemas.enums import ModelEventType
 from simulator.ground_truth import GroundTruthSummary
 from simulator.policy import Policy
-
-# A version's decision is final once it reached one of these; CANARY_STARTED etc. are in flight.
-DECIDED = frozenset(
-    {ModelEventType.PROMOTED, ModelEventType.GATE_FAILED, ModelEventType.ROLLED_BACK}
-)
-# Metric the learner records on REGISTERED: epoch ms of the newest reward in the window.
-WINDOW_LAST_EVENT_METRIC = "window_last_attributed_ms"
 
 
 class LiveVersions:
