@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from learner.artifacts import publish_artifact, verify_artifact
 from learner.canary import CanaryMonitor, user_baselines
@@ -355,8 +356,6 @@ class ContinuousLearner:
         if parent is not None:  # warm start: the production network's weights
             save_dir.mkdir(parents=True, exist_ok=True)
             init_from = save_dir / "init.pt"
-            import torch
-
             torch.save(parent.state_dict(), init_from)
 
         def model_factory() -> GatePolicyNet:
