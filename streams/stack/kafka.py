@@ -46,6 +46,12 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def format_args(config_file: Path, cluster_id: str) -> list[str]:
+    """``kafka-storage format`` arguments. The id is attached with ``=``: a URL-safe base64 id
+    starts with ``-`` one time in 64, and as a separate argument it would parse as an option."""
+    return ["format", f"--cluster-id={cluster_id}", f"--config={config_file}"]
+
+
 class KafkaBroker:
     """Formats (once) and starts the broker under `<stack>/kafka`."""
 
@@ -82,9 +88,8 @@ class KafkaBroker:
         if self.formatted:
             return
         argv = self._java_argv(
-            java, libs, "kafka.tools.StorageTool", "format",
-            "-t", new_cluster_id(), "-c", str(self.config_file),
-        )  # fmt: skip
+            java, libs, "kafka.tools.StorageTool", *format_args(self.config_file, new_cluster_id())
+        )
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise StackError(

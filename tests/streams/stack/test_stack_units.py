@@ -13,7 +13,7 @@ import pytest
 from flywheel.settings import StackPorts
 from streams.errors import StackError
 from streams.stack import artifacts
-from streams.stack.kafka import new_cluster_id, server_properties
+from streams.stack.kafka import format_args, new_cluster_id, server_properties
 from streams.stack.local import LocalStack
 from streams.stack.processes import ServiceProcess, log_tail, port_in_use
 
@@ -69,6 +69,12 @@ def test_cluster_ids_are_22_url_safe_characters() -> None:
     ids = {new_cluster_id() for _ in range(50)}
     assert len(ids) == 50
     assert all(len(i) == 22 and "=" not in i and "/" not in i and "+" not in i for i in ids)
+
+
+def test_a_cluster_id_starting_with_a_dash_stays_the_options_value(tmp_path: Path) -> None:
+    args = format_args(tmp_path / "server.properties", "-AbCdEfGhIjKlMnOpQrStUv")
+    assert "--cluster-id=-AbCdEfGhIjKlMnOpQrStUv" in args
+    assert not [a for a in args if a.startswith("-A")]  # never a bare argument argparse misreads
 
 
 def test_a_port_in_use_is_detected_and_named_with_the_fix(tmp_path: Path) -> None:
