@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from flywheel.errors import FlywheelError
@@ -65,11 +65,25 @@ def check_config(env: Mapping[str, str] | None = None) -> tuple[CheckResult, Set
 def check_kafka(client_config: Mapping[str, str], timeout_s: float) -> CheckResult:
     """A metadata request to the bootstrap servers, answered within `timeout_s`."""
     bootstrap = client_config.get("bootstrap.servers", "?")
+    auth_errors: list[KafkaError] = []  # librdkafka reports a refused login only through error_cb
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            auth_errors.append(error)
+
     # log_level 0: librdkafka would print a connect error per retry to stderr; we report once.
-    admin = AdminClient({**client_config, "log_level": 0, "socket.timeout.ms": _ms(timeout_s)})
+    config: dict[str, Any] = {**client_config, "log_level": 0, "socket.timeout.ms": _ms(timeout_s)}
+    admin = AdminClient({**config, "error_cb": on_error})  # type: ignore[dict-item]  # stubs lack callbacks
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
+        admin.poll(0.5)  # serve error_cb: an authentication failure is queued there
+        if auth_errors:
+            return CheckResult(
+                "kafka", False, f"{bootstrap} refused the login: {auth_errors[0].str()}",
+                "check FLYWHEEL_KAFKA_SASL_MECHANISM, FLYWHEEL_KAFKA_SASL_USERNAME and "
+                "FLYWHEEL_KAFKA_SASL_PASSWORD (the broker's SCRAM/PLAIN user)",
+            )  # fmt: skip
         return CheckResult(
             "kafka", False, f"no metadata from {bootstrap} within {timeout_s:g}s: {exc}",
             "start the broker (`flywheel stack up` or `docker compose up -d kafka`), or fix "

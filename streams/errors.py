@@ -9,3 +9,7 @@ class StackError(FlywheelError):
 
 class TopicError(FlywheelError):
     """Topics cannot be created, or exist with settings that drifted from their declaration."""
+
+
+class KafkaSecurityError(FlywheelError):
+    """The FLYWHEEL_KAFKA_* security settings are unsupported or inconsistent; names the fix."""
