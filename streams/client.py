@@ -58,6 +58,23 @@ _QUEUE_FULL_WAIT_S = 1.0
 _POLL_EVERY = 64
 
 
+def producer_config(
+    kafka_config: Mapping[str, str], linger_ms: int = 20, delivery_timeout_ms: int = 120_000
+) -> dict[str, object]:
+    """The confluent-kafka config the SDK produces with: `kafka_config` (bootstrap, security)
+    plus idempotence, `acks=all`, zstd, `linger_ms` and the murmur2 partitioner (DESIGN §3).
+    Benchmarks build their baseline producer from it, so both sides batch the same way."""
+    return {
+        **kafka_config,
+        "enable.idempotence": True,
+        "acks": "all",
+        "compression.type": "zstd",
+        "linger.ms": linger_ms,
+        "partitioner": "murmur2_random",
+        "message.timeout.ms": delivery_timeout_ms,
+    }
+
+
 @dataclass
 class DeliveryStats:
     """Delivery accounting since the client started."""
@@ -91,17 +108,7 @@ class TelemetryClient:
         self._pseudonymizer = pseudonymizer
         self._close_timeout_s = close_timeout_s
         self._spool = Spool(spool_dir)
-        self._producer = Producer(
-            {
-                **kafka_config,
-                "enable.idempotence": True,
-                "acks": "all",
-                "compression.type": "zstd",
-                "linger.ms": linger_ms,
-                "partitioner": "murmur2_random",
-                "message.timeout.ms": delivery_timeout_ms,
-            }
-        )
+        self._producer = Producer(producer_config(kafka_config, linger_ms, delivery_timeout_ms))
         self.stats = DeliveryStats()
         self._lock = threading.Lock()
         # Filled by delivery reports (in queue order per partition); no per-event bookkeeping
@@ -143,8 +150,7 @@ class TelemetryClient:
         if isinstance(event, SuggestionOffered):
             self._privatise(record)
         value = self._codec.encode(topic, record)
-        key = str(record[key_field]).encode()
-        self._enqueue(SpooledEvent(topic, key, value))
+        self._enqueue(topic, str(record[key_field]).encode(), value)
 
     def _privatise(self, offered: dict[str, Any]) -> None:
         """Pseudonymise ids and drop or redact code text, in the record about to be encoded."""
@@ -154,27 +160,32 @@ class TelemetryClient:
             offered["suggestion_text"], offered["privacy_mode"]
         )
 
-    def _enqueue(self, event: SpooledEvent) -> None:
+    def _enqueue(self, topic: str, key: bytes, value: bytes) -> None:
         if self._closed:
             raise RuntimeError("the TelemetryClient is closed")
         with self._lock:
             self.stats.sent += 1
             sent = self.stats.sent
-        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
-        while True:
-            try:
-                self._producer.produce(
-                    event.topic, event.value, event.key, on_delivery=self._delivered
-                )
-                break
-            except BufferError:  # local queue full: serve delivery reports, then retry
-                if time.monotonic() > deadline:  # the broker is not taking events: spool it
-                    with self._lock:
-                        self._to_spool.append(event)
-                    break
-                self._producer.poll(0.05)
+        try:
+            self._producer.produce(topic, value, key, on_delivery=self._delivered)
+        except BufferError:  # local queue full: the slow path, off the hot one
+            self._enqueue_when_room(topic, key, value)
         if sent % _POLL_EVERY == 0:  # serve delivery reports in batches, not per event
             self._producer.poll(0)
+
+    def _enqueue_when_room(self, topic: str, key: bytes, value: bytes) -> None:
+        """Serve delivery reports until the queue takes the event, for up to
+        `_QUEUE_FULL_WAIT_S`; then the broker is not taking events: spool it."""
+        deadline = time.monotonic() + _QUEUE_FULL_WAIT_S
+        while time.monotonic() <= deadline:
+            self._producer.poll(0.05)
+            try:
+                self._producer.produce(topic, value, key, on_delivery=self._delivered)
+                return
+            except BufferError:
+                continue
+        with self._lock:
+            self._to_spool.append(SpooledEvent(topic, key, value))
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         with self._lock:
@@ -231,7 +242,7 @@ class TelemetryClient:
         for segment in segments:
             for event in self._spool.read(segment):
                 self.stats.resent += 1
-                self._enqueue(event)
+                self._enqueue(event.topic, event.key, event.value)
         return segments
 
     def _forget_old_segments(self) -> None:

@@ -66,6 +66,7 @@ class AvroCodec:
         self._registry = registry
         self._ids: dict[str, int] = {}  # topic -> id of the current schema
         self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema
+        self._encoders: dict[str, tuple[bytes, Any]] = {}  # topic -> (wire header, schema)
 
     @classmethod
     def for_url(cls, registry_url: str, config: Mapping[str, str] | None = None) -> AvroCodec:
@@ -110,10 +111,16 @@ class AvroCodec:
         writer checks types as it writes; only a record it refuses pays for the full validation
         that names the fields (validating every record up front costs more than encoding it).
         """
-        schema_id = self.register(topic)
-        schema = self._writers[schema_id]
-        out = io.BytesIO()
-        out.write(HEADER.pack(MAGIC_BYTE, schema_id))
+        writer = self._encoders.get(topic)
+        if writer is None:
+            schema_id = self.register(topic)
+            writer = self._encoders[topic] = (
+                HEADER.pack(MAGIC_BYTE, schema_id),
+                self._writers[schema_id],
+            )
+        header, schema = writer
+        out = io.BytesIO(header)
+        out.seek(HEADER.size)
         try:
             fastavro.schemaless_writer(out, schema, record)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
