@@ -24,18 +24,15 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
-import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cache
 
-from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-from detect_secrets.filters import heuristic
-from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
-from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+from streams.secret_plugins import Span, is_stand_in
+from streams.secret_plugins import detect_secrets_spans as _detect_secrets_spans
+from streams.secret_plugins import gates_passing as _gates_passing
+from streams.secret_plugins import ungated_plugins as _ungated_plugins
 
-DETECT_SECRETS_MAX_LINE = 10_000  # longer lines get the explicit patterns only (linear time)
 _MAX_BLOCK = 8_192  # how far past BEGIN a private key's END line is looked for, in characters
 
 PLACEHOLDER = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
@@ -50,27 +47,11 @@ class Redaction:
     findings: tuple[str, ...]
 
 
-@dataclass(frozen=True, order=True)
-class _Span:
-    start: int
-    end: int
-    rank: int  # the lower names a union of overlapping spans: token > assignment > detect-secrets
-    kind: str
-
-
 # --- explicit patterns -------------------------------------------------------------------------
 
 
 def _mixed(value: str) -> bool:
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
-
-
-def _is_templated(value: str) -> bool:
-    """`${X}`, `$X`, `{x}`, `<your key>`, `%s`, `%(x)s`, `%X%`, `{{ x }}`: references."""
-    return "${" in value or "{{" in value or _TEMPLATE.fullmatch(value) is not None
-
-
-_TEMPLATE = re.compile(r"\$\w+|\{[\w.\[\]'\"]*\}|<[^<>]*>|%(?:\([\w.]+\))?[sdr]|%\w+%")
 
 
 def _is_base64_private_key(match: re.Match[str]) -> bool:
@@ -81,29 +62,12 @@ def _is_base64_private_key(match: re.Match[str]) -> bool:
         return False
 
 
-def _is_stand_in(value: str) -> bool:
-    """`"********"`, `"[QUESTION]"`, `"private.key"`, `"YOUR_API_KEY"`: not a secret itself."""
-    lowered = value.lower()
-    return (
-        _is_templated(value)
-        or set(value) <= set("*x•.#-_ ")
-        or _STAND_IN.fullmatch(value) is not None
-        or any(word in lowered for word in ("your", "example", "placeholder", "changeme"))
-    )
-
-
-_STAND_IN = re.compile(
-    r"\[[A-Z_]+\]|[\w./\-]+\.(?:key|pem|p12|pfx|jks|crt|cer|der|json|ya?ml|txt|env)"
-    r"|(?i:password|passwd|pass|pwd|secret|token|api_?key)|(?i:my|test)[_\-][a-z_\-]+"
-)
-
-
 _NAMES_ITSELF = re.compile(r"(?:^|[_\-])(?:secret|token|key)(?:$|[_\-])")
 
 
 def _plausible(keyword: str, value: str) -> bool:
     """Is `value` a secret when assigned to a name ending in `keyword`? Bounds false positives."""
-    if _is_stand_in(value) or PLACEHOLDER.search(value):
+    if is_stand_in(value) or PLACEHOLDER.search(value):
         return False
     keyword = keyword.lower()
     if keyword == "pwd" and value[:1] in "/~.":
@@ -164,7 +128,7 @@ def _inside_word(text: str, start: int) -> bool:
 _ASSIGNMENT_WORDS = ("key", "pass", "pwd", "secret", "token", "credential")
 
 
-def _assignment_spans(text: str, lowered: str) -> Iterator[_Span]:
+def _assignment_spans(text: str, lowered: str) -> Iterator[Span]:
     if not any(word in lowered for word in _ASSIGNMENT_WORDS):
         return
     line_start = scanned_to = 0  # hits come in order: find each line start once, not per hit
@@ -177,13 +141,13 @@ def _assignment_spans(text: str, lowered: str) -> Iterator[_Span]:
         kind = "password" if keyword.startswith("pass") or keyword == "pwd" else "secret"
         quoted = _QUOTED_VALUE.match(text, hit.end())
         if quoted is not None and _plausible(keyword, quoted.group(2)):
-            yield _Span(*quoted.span(2), _ASSIGNMENT_RANK, kind)
+            yield Span(*quoted.span(2), _ASSIGNMENT_RANK, kind)
             continue
         if not _LINE_HEAD.fullmatch(text, line_start, hit.start()):
             continue  # a bare value counts only at the start of its line, not in an expression
         bare = _BARE_VALUE.match(text, hit.end())
         if bare is not None and _bare_value(bare, keyword):
-            yield _Span(*bare.span(4), _ASSIGNMENT_RANK, kind)
+            yield Span(*bare.span(4), _ASSIGNMENT_RANK, kind)
 
 
 @dataclass(frozen=True)
@@ -287,7 +251,7 @@ _RULES: tuple[_Rule, ...] = (
         ("://",),
         re.compile(r"://[^\s:/?#@\"'`]{0,256}:([^\s/@\"'`]{1,256})@"),
         group=1,
-        accept=lambda m: not _is_stand_in(m.group(1)),
+        accept=lambda m: not is_stand_in(m.group(1)),
     ),
     _Rule(
         "bearer_token",
@@ -339,7 +303,7 @@ def _ascii_lower(text: str) -> str:
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def _rule_spans(text: str, lowered: str) -> Iterator[_Span]:
+def _rule_spans(text: str, lowered: str) -> Iterator[Span]:
     yield from _assignment_spans(text, lowered)
     for rule in _RULES:
         haystack = lowered if rule.lower else text
@@ -351,207 +315,30 @@ def _rule_spans(text: str, lowered: str) -> Iterator[_Span]:
         for match in rule.pattern.finditer(text):
             if rule.accept is None or rule.accept(match):
                 start, end = match.span(rule.group)
-                yield _Span(start, end, rule.rank, rule.kind)
-
-
-# --- detect-secrets ----------------------------------------------------------------------------
-
-_DETECT_SECRETS_RANK = 2
-# detect-secrets' KeywordDetector: one of its keywords, and a quote (its patterns for unknown
-# file types require a quoted value).
-_KEYWORD_GATE = re.compile(
-    r"(?:api|auth|service|account|db|database|priv|private|client)_?key|pass|pwd|secret|contrase"
-)
-# Cloudant, IBM and SoftLayer plugins: a key-ish word and a value of 24 to 64 characters.
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-]{24}")
-_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{10,}")
-_TOKEN_MARKER = re.compile(r"eyJ|_authToken|AccountKey|xox|PRIVATE KEY|PuTTY|AKC|AP[\dA-F]")
-_ASSIGNMENT_GATE_WORD = re.compile(r"key|p(?:w|ass)|token|cloudant|softlayer")
-
-
-def _keyword_gate(line: str, lowered: str) -> bool:
-    return (
-        ('"' in line or "'" in line or "`" in line)
-        and any(word in lowered for word in ("key", "pass", "pwd", "secret", "contrase"))
-        and _KEYWORD_GATE.search(lowered) is not None
-    )
-
-
-def _assignment_gate(line: str, lowered: str) -> bool:
-    return _ASSIGNMENT_GATE_WORD.search(lowered) is not None and _LONG_RUN.search(line) is not None
-
-
-def _token_gate(line: str, lowered: str) -> bool:
-    """A marker, or a run of 10+ letters and digits mixed: every token these plugins match."""
-    if _TOKEN_MARKER.search(line) is not None:
-        return True
-    # A run of ASCII letters and digits is mixed unless it is all digits or all letters.
-    return any(not run.isdigit() and not run.isalpha() for run in _ALNUM_RUN.findall(line))
-
-
-def _url_credentials_gate(line: str, lowered: str) -> bool:
-    return "://" in line and "@" in line
-
-
-def _entropy_gate(plugin: HighEntropyStringsPlugin) -> Callable[[str, str], bool]:
-    """A quote, then a run of the plugin's charset long enough to hold more than
-    2**entropy_limit distinct characters: `_keep` drops every value with fewer."""
-    least = math.floor(2**plugin.entropy_limit) + 1
-    run = re.compile(f"[\"'][{re.escape(plugin.charset)}]{{{least},}}")
-    return lambda line, lowered: run.search(line) is not None
-
-
-def _never(line: str, lowered: str) -> bool:
-    return False
-
-
-def _always(line: str, lowered: str) -> bool:
-    return True
-
-
-# Plugin class -> a cheap test every line it can report on passes. A plugin missing here (one a
-# newer detect-secrets adds) runs on every line.
-_ASSIGNMENT_PLUGINS = "Cloudant IbmCloudIam IbmCosHmac Softlayer"
-_FORMAT_PLUGINS = (
-    "Artifactory AWSKey AzureStorageKey DiscordBotToken GitHubToken GitLabToken "
-    "JwtToken Mailchimp Npm OpenAI PypiToken SendGrid Slack SquareOAuth Stripe "
-    "TelegramBotToken TwilioKey"
-)
-_GATES: dict[str, Callable[[str, str], bool]] = {
-    "KeywordDetector": _keyword_gate,
-    **{f"{name}Detector": _assignment_gate for name in _ASSIGNMENT_PLUGINS.split()},
-    **{f"{name}Detector": _token_gate for name in _FORMAT_PLUGINS.split()},
-    "BasicAuthDetector": _url_credentials_gate,
-    "PrivateKeyDetector": _never,  # reports the BEGIN marker only; `_RULES` redact the key
-    "IPPublicDetector": _never,  # an IP holds no letter: the default filters drop every finding
-}
-_IMAGE_BASE64_PREFIXES = ("iVBORw0KGgo", "/9j/", "R0lGOD", "UklGR", "PHN2Zy", "AAABAA", "Qk0")
-_SRI_HASH = re.compile(r"(?:sha(?:1|256|384|512)|md5)-")
-_HASH_CONTEXT = re.compile(
-    r"(?i:sha|md5|hash|digest|checksum|commit|etag|integrity|rev|oid|fromhex|fingerprint|crc)"
-    r"|(?<![A-Za-z])(?:id|ID|Id)(?![a-z])"
-)
-_ALPHABET_RUNS = tuple(
-    alphabet[i : i + 8]
-    for alphabet in ("abcdefghijklmnopqrstuvwxyz", "0123456789")
-    for i in range(len(alphabet) - 7)
-)
-
-
-_Gated = tuple[Callable[[str, str], bool], tuple[tuple[BasePlugin, str], ...]]
-
-
-@cache
-def _gated_plugins() -> tuple[_Gated, ...]:
-    """detect-secrets' default plugin set, instantiated once (~20 ms, on first use) and grouped
-    by gate, each plugin with the slug of its secret type."""
-    groups: dict[Callable[[str, str], bool], list[tuple[BasePlugin, str]]] = {}
-    classes: list[type[BasePlugin]] = list(get_mapping_from_secret_type_to_class().values())
-    for cls in classes:
-        plugin = cls()
-        gate = _GATES.get(cls.__name__, _always)
-        if isinstance(plugin, HighEntropyStringsPlugin):
-            gate = _entropy_gate(plugin)
-        groups.setdefault(gate, []).append((plugin, _slug(str(cls.secret_type))))
-    return tuple((gate, tuple(plugins)) for gate, plugins in groups.items())
-
-
-def _slug(secret_type: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", secret_type.lower()).strip("_") or "secret"
-
-
-def _keep(plugin: BasePlugin, value: str, line: str) -> bool:
-    """detect-secrets' default heuristic filters, plus false positives common in code."""
-    if isinstance(plugin, HighEntropyStringsPlugin):
-        # Entropy is at most log2(distinct symbols): most strings are dismissed without it.
-        if 2**plugin.entropy_limit >= len(set(value)):
-            return False
-        if plugin.calculate_shannon_entropy(value) <= plugin.entropy_limit:
-            return False
-        if value.startswith(_IMAGE_BASE64_PREFIXES) or len(value) > 512:
-            return False  # an inline image or a fixture blob, not a credential
-        if not any(c.isdigit() for c in value):
-            return False  # `"ProcessTelemetryEventsHandler"`: random tokens hold digits
-        lowered = value.lower()
-        if any(run in lowered for run in _ALPHABET_RUNS):
-            return False  # `"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"`
-        if _SRI_HASH.match(value) or _HASH_CONTEXT.search(line[: line.find(value)]):
-            return False  # `expected_sha256 = "e3b0…"`, `"integrity": "sha512-…"`, `id="65…"`
-    if (
-        len(value) < 3
-        or _is_stand_in(value)
-        or heuristic.is_sequential_string(value)
-        or heuristic.is_potential_uuid(value)
-        or heuristic.is_templated_secret(value)
-        or heuristic.is_prefixed_with_dollar_sign(value)
-        or heuristic.is_not_alphanumeric_string(value)
-        or heuristic.is_likely_id_string(value, line, plugin)
-    ):
-        return False
-    # `secret = get_secret()`; detect-secrets applies this to whole lines, which would also drop
-    # well-formed tokens on a line with a call: keep it to the keyword and entropy plugins.
-    return isinstance(plugin, RegexBasedDetector) or not heuristic.is_indirect_reference(line)
-
-
-def _gates_passing(text: str) -> tuple[_Gated, ...]:
-    """The plugin groups whose gate passes on the whole text. Every gate tests for something a
-    line contains (a word, a marker, a run of characters), so one that fails on the whole text
-    fails on each of its lines: the other groups need not be tried line by line."""
-    lowered = text.lower()
-    return tuple(group for group in _gated_plugins() if group[0](text, lowered))
-
-
-def _ungated_plugins() -> tuple[_Gated, ...]:
-    plugins = tuple(p for gate, group in _gated_plugins() if gate is not _never for p in group)
-    return ((_always, plugins),)
-
-
-def _detect_secrets_spans(text: str, groups: tuple[_Gated, ...]) -> Iterator[_Span]:
-    offset = 0
-    for line in text.splitlines(keepends=True):
-        if len(line) <= DETECT_SECRETS_MAX_LINE:
-            yield from _line_spans(line, offset, groups)
-        offset += len(line)
-
-
-def _line_spans(line: str, offset: int, groups: tuple[_Gated, ...]) -> Iterator[_Span]:
-    lowered = line.lower()
-    for gate, plugins in groups:
-        if not gate(line, lowered):
-            continue
-        for plugin, kind in plugins:
-            for raw in plugin.analyze_string(line):
-                value = raw.strip(" \t\"'=:")  # some plugins report the delimiters around a token
-                if not value or not _keep(plugin, value, line):
-                    continue
-                start = line.find(value)
-                while start >= 0:
-                    end = start + len(value)
-                    yield _Span(offset + start, offset + end, _DETECT_SECRETS_RANK, kind)
-                    start = line.find(value, end)
+                yield Span(start, end, rule.rank, rule.kind)
 
 
 # --- merge and replace -------------------------------------------------------------------------
 
 
-def _merge(spans: list[_Span], protected: list[tuple[int, int]]) -> list[_Span]:
+def _merge(spans: list[Span], protected: list[tuple[int, int]]) -> list[Span]:
     """Overlapping spans become their union, named by the best-ranked one. Spans touching an
     existing placeholder are dropped: that is what makes redaction idempotent."""
 
     starts = [start for start, _ in protected]
 
-    def touches_placeholder(span: _Span) -> bool:
+    def touches_placeholder(span: Span) -> bool:
         # Placeholders are sorted and disjoint: only the last one starting before the span's
         # end can reach into it.
         i = bisect.bisect_left(starts, span.end) - 1
         return i >= 0 and protected[i][1] > span.start
 
-    merged: list[_Span] = []
+    merged: list[Span] = []
     for span in sorted(s for s in spans if s.end > s.start and not touches_placeholder(s)):
         last = merged[-1] if merged else None
         if last is not None and span.start < last.end:
             best = last if last.rank <= span.rank else span
-            merged[-1] = _Span(last.start, max(last.end, span.end), best.rank, best.kind)
+            merged[-1] = Span(last.start, max(last.end, span.end), best.rank, best.kind)
         else:
             merged.append(span)
     return merged
