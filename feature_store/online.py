@@ -27,7 +27,14 @@ from typing import Any
 
 from feature_store.declarations import FeatureDeclaration, FeatureSet
 from feature_store.errors import AsOfOutOfRangeError
-from feature_store.semantics import EVENT_TIME, Condition, finalize, from_epoch_ms, to_epoch_ms
+from feature_store.semantics import (
+    ENTITY_ID_SEPARATOR,
+    EVENT_TIME,
+    Condition,
+    finalize,
+    from_epoch_ms,
+    to_epoch_ms,
+)
 
 DEFAULT_HISTORY_MS = 3_600_000  # online lookups may go back 1 h behind the watermark
 
@@ -143,6 +150,8 @@ class OnlineAggregator:
         self.watermark_ms: int | None = None
         self.rows = 0  # rows aggregated (one record can be a row of several features)
         self.late_dropped = 0  # rows too old to change any answer the store gives
+        self.erased_dropped = 0  # records skipped: their user was erased after them
+        self._erased: dict[str, int] = {}  # user_id -> erased through this event time (ms)
 
     @property
     def horizon_ms(self) -> int | None:
@@ -158,6 +167,10 @@ class OnlineAggregator:
         if not by_where:
             return []
         t_record = to_epoch_ms(record[EVENT_TIME])
+        erased_through = self._erased.get(record.get("user_id", ""))
+        if erased_through is not None and t_record <= erased_through:
+            self.erased_dropped += 1  # a replay of the source topics must not bring them back
+            return []
         if self.watermark_ms is None or t_record > self.watermark_ms:
             self.watermark_ms = t_record
         horizon = self.watermark_ms - self.history_ms
@@ -214,11 +227,35 @@ class OnlineAggregator:
                 series.evict(feature, horizon)
         return dropped
 
+    def erase_user(self, user_id: str, through_ms: int) -> list[tuple[FeatureDeclaration, str]]:
+        """Forget ``user_id``: drop every series of an entity keyed by that user (``user``,
+        ``user_language``, ...) and skip the user's records with event time <= ``through_ms``
+        from now on. Returns the (feature, entity id) dropped. Aggregates over many users
+        (``model_version``) keep the user's past contribution: it is not the user's data."""
+        self._erased[user_id] = max(through_ms, self._erased.get(user_id, through_ms))
+        dropped: list[tuple[FeatureDeclaration, str]] = []
+        for feature in self.features:
+            keys = feature.entity.keys
+            if "user_id" not in keys:
+                continue
+            at = keys.index("user_id")
+            by_entity = self._series[feature.qualified_name]
+            for entity in [e for e in by_entity if _key_part(e, at, len(keys)) == user_id]:
+                del by_entity[entity]
+                dropped.append((feature, entity))
+        return dropped
+
     def series_count(self) -> int:
         return sum(len(s) for s in self._series.values())
 
     def entity_ids(self, feature: FeatureDeclaration) -> list[str]:
         return list(self._series[feature.qualified_name])
+
+
+def _key_part(entity_id: str, at: int, n_keys: int) -> str | None:
+    """The ``at``-th key value of a composite entity id (None if it has another shape)."""
+    parts = entity_id.split(ENTITY_ID_SEPARATOR, n_keys - 1)
+    return parts[at] if len(parts) == n_keys else None
 
 
 AsOf = datetime | int | None
@@ -254,6 +291,11 @@ class OnlineFeatureStore:
     def evict(self) -> int:
         with self._lock:
             return self._aggregator.evict()
+
+    def erase_user(self, user_id: str, through_ms: int) -> list[tuple[FeatureDeclaration, str]]:
+        """:meth:`OnlineAggregator.erase_user` under the store's lock."""
+        with self._lock:
+            return self._aggregator.erase_user(user_id, through_ms)
 
     def resolve_as_of(self, as_of: AsOf) -> int | None:
         """``as_of`` in epoch ms; None means the watermark (None before any record)."""

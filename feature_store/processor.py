@@ -14,6 +14,10 @@ A thin confluent-kafka adapter around the pure :class:`OnlineAggregator` (STYLE 
   window) sends no update: readers needing exact values ask the store with an ``as_of``.
 * **Dead letters.** A record that does not decode goes to ``dlq.features`` with the decoder's
   cause (``processors.lake.dead_letters`` format and privacy rule); processing goes on.
+* **Erasure.** ``privacy.erasures`` is read to its end before the sources, then followed: an
+  ``ErasureRecorded`` drops the user's series, publishes a tombstone for each of their keys on
+  the compacted updates topic, and makes the replay skip the user's older events (which the
+  source topics keep until their retention).
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ from confluent_kafka import (
 from feature_store.declarations import FeatureDeclaration
 from feature_store.errors import FeatureStoreError
 from feature_store.online import OnlineFeatureStore
-from feature_store.semantics import from_epoch_ms
+from feature_store.semantics import from_epoch_ms, to_epoch_ms
 from processors.lake.dead_letters import CODE_TEXT_FIELD, Origin, dead_letter
 from processors.lake.errors import RecordRejected
+from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate
 from streams.serde import DecodeError
@@ -51,6 +56,7 @@ log = logging.getLogger("flywheel.features")
 
 STAGE = "features"
 UPDATES_TOPIC = "features.updates"
+ERASURES_TOPIC = "privacy.erasures"
 BATCH = 1000
 
 
@@ -69,11 +75,13 @@ class ProcessorStatus:
     records: int = 0
     rows: int = 0
     updates: int = 0
+    erasures: int = 0
     dead_letters: Counter[str] = field(default_factory=Counter)
     watermark_ms: int | None = None
     series: int = 0
     caught_up: bool = False
     elapsed_s: float = 0.0
+    lag: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> messages behind
 
     def line(self) -> str:
         rate = self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
@@ -108,6 +116,7 @@ class FeatureProcessor:
         *,
         topics: Mapping[str, str] | None = None,
         updates_topic: str = UPDATES_TOPIC,
+        erasures_topic: str = ERASURES_TOPIC,
         dlq: str = dlq_topic(STAGE),
         producer_name: str = "feature_store.online/worker-0",
         flush_every_s: float = 1.0,
@@ -123,6 +132,7 @@ class FeatureProcessor:
         self._codec = codec
         self.store = store
         self._updates_topic = updates_topic
+        self._erasures_topic = erasures_topic
         self._dlq = dlq
         self._producer_name = producer_name
         self._flush_every_s = flush_every_s
@@ -155,17 +165,26 @@ class FeatureProcessor:
         return dict(self._topics)
 
     def _assign(self) -> None:
-        partitions = []
-        for topic in self._topics:
-            metadata = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
-            if metadata is None or metadata.error is not None or not metadata.partitions:
-                raise FeatureStoreError(
-                    f"source topic {topic} does not exist; create the platform topics with "
-                    "`flywheel topics` (or `flywheel stack up`)"
-                )
-            partitions += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+        erasures = self._partitions(self._erasures_topic)
+        self._eof = {(tp.topic, tp.partition): False for tp in erasures}
+        self._consumer.assign(erasures)
+        while not self.caught_up():  # every erased user known before any source record
+            for message in self._consumer.consume(BATCH, 0.2):
+                if self._seen(message):
+                    self._on_erasure(message)
+        positions = self._consumer.position(erasures)
+        partitions = positions + [tp for t in self._topics for tp in self._partitions(t)]
         self._eof = {(tp.topic, tp.partition): False for tp in partitions}
         self._consumer.assign(partitions)
+
+    def _partitions(self, topic: str) -> list[TopicPartition]:
+        metadata = self._consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise FeatureStoreError(
+                f"topic {topic} does not exist; create the platform topics with "
+                "`flywheel topics` (or `flywheel stack up`)"
+            )
+        return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
 
     def run(
         self,
@@ -198,12 +217,16 @@ class FeatureProcessor:
         messages = self._consumer.consume(BATCH, timeout_s)
         by_source: dict[str, list[dict[str, Any]]] = {}
         for message in messages:
+            if message.topic() == self._erasures_topic:
+                if self._seen(message):
+                    self._ingest(by_source)  # the user's records before the erasure go first
+                    by_source = {}
+                    self._on_erasure(message)
+                continue
             record = self._decode(message)
             if record is not None:
                 by_source.setdefault(self._topics[message.topic()], []).append(record)  # type: ignore[index]
-        for source, records in by_source.items():
-            self._dirty.update(self.store.ingest(source, records))
-            self.status.records += len(records)
+        self._ingest(by_source)
         now = time.monotonic()
         if now - self._flushed >= self._flush_every_s:
             self.flush_updates()
@@ -214,7 +237,13 @@ class FeatureProcessor:
             self.status.caught_up = True  # sticky: readiness once the replay is done
         return len(messages)
 
-    def _decode(self, message: Message) -> dict[str, Any] | None:
+    def _ingest(self, by_source: Mapping[str, list[dict[str, Any]]]) -> None:
+        for source, records in by_source.items():
+            self._dirty.update(self.store.ingest(source, records))
+            self.status.records += len(records)
+
+    def _seen(self, message: Message) -> bool:
+        """Track end-of-partition; True for a message carrying a value."""
         error = message.error()
         topic: str = message.topic()  # type: ignore[assignment]
         partition: int = message.partition()  # type: ignore[assignment]
@@ -225,12 +254,33 @@ class FeatureProcessor:
                 raise FeatureStoreError(f"the consumer failed for good: {error.str()}")
             else:
                 log.warning("consumer: %s", error.str())
-            return None
+            return False
         self._eof[(topic, partition)] = False
-        value = message.value()
-        if value is None:
-            return None  # a tombstone: no event
-        platform = self._topics[topic]
+        return message.value() is not None  # a tombstone carries no event
+
+    def _on_erasure(self, message: Message) -> None:
+        """Forget the erased user and tombstone every update key of theirs."""
+        record = self._decode_value(message, ERASURES_TOPIC)
+        if record is None:
+            return
+        user_id = str(record["user_id"])
+        dropped = self.store.erase_user(user_id, to_epoch_ms(record["event_time"]))
+        for feature, entity in dropped:
+            self._dirty.discard((feature, entity))
+            self._produce(self._updates_topic, update_key(feature, entity).encode(), None, None)
+        self.status.erasures += 1
+        log.info("erased user %s: %d online series dropped", user_id, len(dropped))
+
+    def _decode(self, message: Message) -> dict[str, Any] | None:
+        if not self._seen(message):
+            return None
+        return self._decode_value(message, self._topics[message.topic()])  # type: ignore[index]
+
+    def _decode_value(self, message: Message, platform: str) -> dict[str, Any] | None:
+        """The decoded value, or None after sending it to the dead-letter topic."""
+        topic: str = message.topic()  # type: ignore[assignment]
+        partition: int = message.partition()  # type: ignore[assignment]
+        value: bytes = message.value()  # type: ignore[assignment]
         try:
             return self._codec.decode(platform, value)
         except DecodeError as exc:
@@ -239,7 +289,7 @@ class FeatureProcessor:
                 RecordRejected(exc.cause, str(exc)),
                 origin,
                 stage=STAGE,
-                carries_code_text=self._code_text[platform],
+                carries_code_text=self._code_text.get(platform, False),
             )
             headers: list[tuple[str, str | bytes | None]] = [(k, v) for k, v in letter.headers]
             self._produce(self._dlq, letter.key, letter.value, headers)
@@ -281,7 +331,7 @@ class FeatureProcessor:
         self,
         topic: str,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         while True:
@@ -303,8 +353,20 @@ class FeatureProcessor:
         self.status.watermark_ms = self.store.watermark_ms
         self.status.series = self.store.aggregator.series_count()
         self.status.elapsed_s = time.monotonic() - self._started
+        if not self._closed:
+            self.status.lag = self._lag()
         return ProcessorStatus(
-            **vars(self.status) | {"dead_letters": Counter(self.status.dead_letters)}
+            **vars(self.status)
+            | {"dead_letters": Counter(self.status.dead_letters), "lag": dict(self.status.lag)}
+        )
+
+    def _lag(self) -> dict[str, int]:
+        """Per partition, the messages after the consumer's position (cached watermarks, no
+        broker call); partitions with an unknown position are left out."""
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in self._eof])
+        return consumer_lag(
+            self._consumer,
+            {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in positions},
         )
 
     def close(self, timeout_s: float = 30.0) -> None:

@@ -38,6 +38,7 @@ TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType(
         "models.versions": "ModelVersionEvent",
         "models.channels": "ChannelPointer",
         "models.acks": "ReplicaAck",
+        "privacy.erasures": "ErasureRecorded",
     }
 )
 

@@ -251,6 +251,19 @@ class ReplicaAck(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ErasureRecorded(Event):
+    """A user's rows were erased from the lake and the dead-letter topics."""
+
+    SCHEMA_NAME: ClassVar[str] = "ErasureRecorded"
+
+    erasure_id: str
+    user_id: str
+    rows_removed: int
+    files_rewritten: int
+    rows_by_topic: Mapping[str, int]
+
+
 # Schema name → event class, for every schema in schemas/avro/.
 EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
     {
@@ -266,6 +279,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             ModelVersionEvent,
             ChannelPointer,
             ReplicaAck,
+            ErasureRecorded,
         )
     }
 )

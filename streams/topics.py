@@ -68,6 +68,11 @@ TOPICS: tuple[TopicSpec, ...] = (
         cleanup_policy="compact", retention_ms=None,
     ),
     TopicSpec("models.acks", "replica_id", "ReplicaAck", 1),
+    # Not in DESIGN §3: erasures, compacted so a replaying consumer always sees every erased user.
+    TopicSpec(
+        "privacy.erasures", "user_id", "ErasureRecorded", 1,
+        cleanup_policy="compact", retention_ms=None,
+    ),
     *(
         TopicSpec(
             dlq_topic(stage), "original key", "original bytes + error headers", 1,

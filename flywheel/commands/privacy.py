@@ -6,8 +6,9 @@ import click
 
 from flywheel import clients
 from flywheel.console import out
+from flywheel.privacy import erase_everywhere
 from flywheel.settings import Settings
-from processors.lake.erasure import erase_user, retain
+from processors.lake.erasure import retain
 
 
 @click.group()
@@ -22,20 +23,23 @@ def privacy() -> None:
     help="--user is the raw id: pseudonymize it with the platform key (FLYWHEEL_PSEUDONYM_KEY).",
 )  # fmt: skip
 def erase(user: str, raw: bool) -> None:
-    """Remove every lake row of a user and record the erasure in lake/privacy.erasures.
+    """Remove a user's rows from the lake and the dead-letter topics, then record the erasure
+    on privacy.erasures (feature processors drop the user's online features on it).
 
-    Files are rewritten atomically under their own names (offset ranges stay valid). Kafka
-    topics keep the user's events until their retention deletes them; the online feature
-    server forgets them when it rebuilds from the topics (docs/operations.md).
+    Lake files are rewritten atomically under their own names (offset ranges stay valid). The
+    other Kafka topics keep the user's events until their retention deletes them; replaying
+    consumers skip them (docs/operations.md). Needs Kafka and the registry; idempotent.
     """
     settings = Settings.from_env()
     user_id = clients.pseudonymizer(settings).pseudonym("user", user) if raw else user
-    report = erase_user(settings.lake, user_id)
-    for topic, rows in report.rows_removed.items():
-        out.print(f"{topic:<24} {rows:>8,} rows removed")
+    report = erase_everywhere(settings, user_id)
+    for topic, rows in {**report.rows_removed, **report.dead_letters_removed}.items():
+        what = "dead letters" if topic.startswith("dlq.") else "rows"
+        out.print(f"{topic:<24} {rows:>8,} {what} removed")
     out.print(
         f"erasure {report.erasure_id}: {sum(report.rows_removed.values()):,} rows in "
-        f"{len(report.files_rewritten)} files; audit record {report.audit_path}"
+        f"{len(report.files_rewritten)} files, {sum(report.dead_letters_removed.values()):,} "
+        "dead letters; recorded on privacy.erasures"
     )
 
 

@@ -13,7 +13,10 @@ Which rows are the user's (`user_id` is the pseudonym, as stored):
 * `telemetry.tests`: a session of the user;
 * `features.updates`: an entity id with the user as one of its key values.
 
-Dead-letter topics (`dlq.*`) are not in the lake (the sink does not write them).
+Dead-letter topics (`dlq.*`) are not in the lake (the sink does not write them); see
+`processors.lake.dlq_erasure`. The erasure is recorded as an `ErasureRecorded` event on
+`privacy.erasures` (:func:`erasure_event`), which the sink lands in `lake/privacy.erasures/`
+and feature processors follow.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from processors.lake.errors import LakeError
-from processors.lake.layout import SUFFIX, hour_dir, hour_of, scan_topic
+from processors.lake.layout import scan_topic
 from processors.lake.writer import write_parquet_atomically
+from schemas.events import ErasureRecorded
 
-ERASURES_TABLE = "privacy.erasures"
 ENTITY_ID_SEPARATOR = "@"  # feature_store.semantics: composite entity ids join keys with it
 USER_TOPICS = (
     "telemetry.suggestions", "rewards", "telemetry.outcomes", "telemetry.edits",
@@ -57,13 +60,14 @@ class UserKeys:
 
 @dataclass
 class ErasureReport:
-    """What an erasure changed: rows removed per topic, files rewritten, the audit record."""
+    """What an erasure changed: lake rows removed per topic, files rewritten, and dead letters
+    removed per DLQ topic (filled in by the caller that purged them)."""
 
     erasure_id: str
     user_id: str
     rows_removed: dict[str, int] = field(default_factory=dict)
     files_rewritten: list[Path] = field(default_factory=list)
-    audit_path: Path | None = None
+    dead_letters_removed: dict[str, int] = field(default_factory=dict)
 
 
 def lake_files(lake: Path, topic: str) -> Iterator[Path]:
@@ -116,19 +120,19 @@ def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
 
 
 def erase_user(
-    lake: Path, user_id: str, *, now: datetime | None = None, erasure_id: str | None = None
+    lake: Path, user_id: str, *, keys: UserKeys | None = None, erasure_id: str | None = None
 ) -> ErasureReport:
-    """Remove every lake row of `user_id` (a pseudonym) and write an audit record.
+    """Remove every lake row of `user_id` (a pseudonym).
 
     Files keep their names, schemas and offset ranges (see the module docstring); files without
-    the user's rows are not touched. The audit record is
-    `<lake>/privacy.erasures/dt=.../hour=.../<erasure_id>.parquet` (one row). Idempotent: a
-    second run removes nothing and writes another audit record. ErasureError for an empty id.
+    the user's rows are not touched. `keys` defaults to :func:`user_keys` (read before the
+    suggestions are rewritten: they hold the keys). Idempotent: a second run removes nothing.
+    ErasureError for an empty id.
     """
     if not user_id:
         raise ErasureError("the user id is empty; pass the user's pseudonym (or --raw with the id)")
     report = ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
-    keys = user_keys(lake, user_id)  # before suggestions are rewritten: they hold the keys
+    keys = keys or user_keys(lake, user_id)
     for topic in USER_TOPICS:
         removed = 0
         for path in lake_files(lake, topic):
@@ -140,35 +144,19 @@ def erase_user(
                 report.files_rewritten.append(path)
                 removed += count
         report.rows_removed[topic] = removed
-    report.audit_path = write_audit(lake, report, now or datetime.now(UTC))
     return report
 
 
-AUDIT_SCHEMA = pa.schema(
-    [
-        pa.field("erasure_id", pa.string(), nullable=False),
-        pa.field("event_time", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("user_id", pa.string(), nullable=False),
-        pa.field("rows_removed", pa.int64(), nullable=False),
-        pa.field("files_rewritten", pa.int64(), nullable=False),
-        pa.field("rows_by_topic", pa.map_(pa.string(), pa.int64()), nullable=False),
-    ]
-)
-
-
-def write_audit(lake: Path, report: ErasureReport, now: datetime) -> Path:
-    """One audit row in hive dt/hour folders, so the analytics catalog can read it."""
-    row = {
-        "erasure_id": [report.erasure_id],
-        "event_time": [now],
-        "user_id": [report.user_id],
-        "rows_removed": [sum(report.rows_removed.values())],
-        "files_rewritten": [len(report.files_rewritten)],
-        "rows_by_topic": [list(report.rows_removed.items())],
-    }
-    path = hour_dir(lake, ERASURES_TABLE, hour_of(now)) / f"{report.erasure_id}{SUFFIX}"
-    write_parquet_atomically(pa.table(row, schema=AUDIT_SCHEMA), path)
-    return path
+def erasure_event(report: ErasureReport, *, producer: str) -> ErasureRecorded:
+    """The event recording `report` on `privacy.erasures` (its time: now)."""
+    return ErasureRecorded(
+        producer=producer,
+        erasure_id=report.erasure_id,
+        user_id=report.user_id,
+        rows_removed=sum(report.rows_removed.values()),
+        files_rewritten=len(report.files_rewritten),
+        rows_by_topic={**report.rows_removed, **report.dead_letters_removed},
+    )
 
 
 @dataclass

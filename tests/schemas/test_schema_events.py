@@ -30,6 +30,7 @@ from schemas.events import (
     NAMED_TYPES,
     ChannelPointer,
     EditObserved,
+    ErasureRecorded,
     Event,
     FeatureUpdate,
     LakeOffsetRange,
@@ -180,6 +181,10 @@ def examples() -> list[Event]:
             **COMMON, model_name="gate", channel=Channel.CANARY, version=4,
             traffic_fraction=0.1, artifact_uri="file:///models/gate/4/",
             artifact_sha256="ab" * 32,
+        ),
+        ErasureRecorded(
+            **COMMON, erasure_id="e1", user_id="user:3f1c", rows_removed=12,
+            files_rewritten=3, rows_by_topic={"rewards": 8, "dlq.late": 1},
         ),
         ReplicaAck(
             **COMMON, replica_id="replica-2", model_name="gate", version=4,

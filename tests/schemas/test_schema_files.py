@@ -22,6 +22,7 @@ EXPECTED_SCHEMAS = {
     "ModelVersionEvent",
     "ChannelPointer",
     "ReplicaAck",
+    "ErasureRecorded",
 }
 
 ALL = sorted(EXPECTED_SCHEMAS)

@@ -7,13 +7,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from processors.lake.erasure import USER_TOPICS, erase_user, retain, user_keys, user_rows
+from processors.lake.erasure import (
+    USER_TOPICS,
+    erase_user,
+    erasure_event,
+    retain,
+    user_keys,
+    user_rows,
+)
 from processors.lake.layout import range_problems, scan_topic
 from schemas.enums import Outcome, RewardSource
 from schemas.events import (
@@ -24,7 +29,6 @@ from schemas.events import (
     SuggestionOutcome,
     TestRunCompleted,
 )
-from streams.privacy import Pseudonymizer
 from tests.analytics.lake_builder import write_lake
 from tests.sample_events import PRODUCER, offered
 
@@ -102,7 +106,7 @@ def test_erasure_leaves_no_row_of_the_user_and_every_other_row_as_it_was(tmp_pat
     planted = sum(t.num_rows - expected[p].num_rows for p, t in before.items())
     assert planted == 5 * 7
 
-    report = erase_user(lake, VICTIM, now=T0 + timedelta(days=1))
+    report = erase_user(lake, VICTIM)
 
     assert sum(report.rows_removed.values()) == planted
     after = _files(lake)
@@ -130,44 +134,16 @@ def _assert_no_trace(lake: Path, sessions: frozenset[str], suggestions: frozense
             assert not any(i in text for i in ids), (path, row)
 
 
-def test_the_erasure_is_recorded_in_the_lake_and_a_rerun_removes_nothing(tmp_path: Path) -> None:
+def test_a_rerun_removes_nothing_and_the_event_counts_what_was_removed(tmp_path: Path) -> None:
     lake = _lake(tmp_path)
-    first = erase_user(lake, VICTIM, now=T0, erasure_id="e1")
-    again = erase_user(lake, VICTIM, now=T0, erasure_id="e2")
+    first = erase_user(lake, VICTIM, erasure_id="e1")
+    again = erase_user(lake, VICTIM, erasure_id="e2")
     assert sum(again.rows_removed.values()) == 0 and again.files_rewritten == []
-    assert first.audit_path == lake / "privacy.erasures/dt=2026-03-04/hour=05/e1.parquet"
-    rows = (
-        duckdb.connect()
-        .execute(
-            f"select erasure_id, user_id, rows_removed, dt, hour from read_parquet("
-            f"'{lake}/privacy.erasures/**/*.parquet', hive_partitioning = true) order by erasure_id"
-        )
-        .fetchall()
-    )
-    assert rows == [
-        ("e1", VICTIM, 35, T0.date(), "05"),
-        ("e2", VICTIM, 0, T0.date(), "05"),
-    ]
-
-
-def test_the_command_pseudonymizes_a_raw_id_with_the_platform_key(tmp_path: Path) -> None:
-    from flywheel.commands.privacy import privacy
-
-    key = "0123456789abcdef" * 4
-    lake = _lake(tmp_path)
-    raw_victim = Pseudonymizer.from_secret(key).pseudonym("user", "alice@example.com")
-    env = {
-        "FLYWHEEL_HOME": str(tmp_path),
-        "FLYWHEEL_LAKE": str(lake),
-        "FLYWHEEL_PSEUDONYM_KEY": key,
-    }
-    result = CliRunner().invoke(privacy, ["erase", "--user", "alice@example.com", "--raw"], env=env)
-    assert result.exit_code == 0, result.output
-    assert "0 rows in 0 files" in result.output  # alice is not VICTIM
-    result = CliRunner().invoke(privacy, ["erase", "--user", VICTIM], env=env)
-    assert result.exit_code == 0, result.output
-    assert "35 rows" in result.output and raw_victim not in result.output
-    assert key not in result.output
+    first.dead_letters_removed = {"dlq.late": 2}
+    event = erasure_event(first, producer="flywheel.privacy/test")
+    assert (event.erasure_id, event.user_id, event.rows_removed) == ("e1", VICTIM, 35)
+    assert event.files_rewritten == len(first.files_rewritten) > 0
+    assert event.rows_by_topic == {**first.rows_removed, "dlq.late": 2}
 
 
 def test_retention_drops_old_hours_but_keeps_each_partitions_newest_file(tmp_path: Path) -> None:
