@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from flywheel import logs
 from flywheel.commands.demo import demo
 from flywheel.commands.doctor import doctor
 from flywheel.commands.features import features
@@ -35,13 +36,32 @@ class _FlywheelGroup(click.Group):
 
 @click.group(cls=_FlywheelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="flywheel-platform")
-def cli() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    envvar=logs.FORMAT_ENV,
+    show_default=True,
+    help=f"Log lines as text or JSON (env {logs.FORMAT_ENV}); status lines are unaffected.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS, case_sensitive=False),
+    default="warning",
+    envvar=logs.LEVEL_ENV,
+    show_default=True,
+    help=f"Lowest level logged (env {logs.LEVEL_ENV}).",
+)
+@click.pass_context
+def cli(ctx: click.Context, log_format: str, log_level: str) -> None:
     """Flywheel: online RL from IDE telemetry on Kafka, Parquet, DuckDB and PyTorch.
 
     Configuration comes from FLYWHEEL_* environment variables (see `docs/configuration.md`).
     With FLYWHEEL_BOOTSTRAP_SERVERS and FLYWHEEL_SCHEMA_REGISTRY_URL unset, commands use the
     embedded local stack under FLYWHEEL_HOME (default .flywheel/).
     """
+    service = ctx.invoked_subcommand or "flywheel"
+    logs.configure_logging(log_format, log_level, service=service, secrets=logs.env_secret_values())
 
 
 cli.add_command(stack)

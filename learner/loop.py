@@ -16,8 +16,9 @@ import hashlib
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,14 @@ class LearnerPaths:
     runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
 
 
+@dataclass
+class LearnerStats:
+    """What the learner did since it started (read by ``flywheel.metrics`` at scrape time)."""
+
+    train_rows: int = 0  # rows trained on, over all versions
+    decisions: Counter[str] = field(default_factory=Counter)  # ModelEventType name -> count
+
+
 @dataclass(frozen=True)
 class CycleResult:
     version: int
@@ -88,6 +97,7 @@ class ContinuousLearner:
         self.registry = ModelRegistry(kafka_config, codec, producer=f"learner/{model_name}")
         self.fallback = fallback  # what production is while no version is promoted (v0)
         self.log = log
+        self.stats = LearnerStats()
         self.dataset = model_name
         self._enrich: Enrich | None = None
         self._extra_columns: tuple[str, ...] = ()
@@ -183,6 +193,7 @@ class ContinuousLearner:
             GateObjective(reward_model, c.objective, reference=parent_net),
         )
         train_s = time.monotonic() - started
+        self.stats.train_rows += len(train_rows)
         version = self.registry.next_version(self.model_name)
         candidate = ServingPolicy(net, self.model_name, version)
         decision = OffPolicyGate(c.gate).decide(
@@ -211,9 +222,12 @@ class ContinuousLearner:
         reason = str(fields.pop("reason"))
         self.registry.record_step(self.model_name, version, kind, reason=reason, **fields)
         self.log(f"v{version}: {kind.name} — {decision.reason}")
+        self.stats.decisions[kind.name] += 1
         if not decision.passed:
             return CycleResult(version, kind, decision.reason)
-        return self._canary(version, parent or 0, stop)
+        result = self._canary(version, parent or 0, stop)
+        self.stats.decisions[result.decision.name] += 1
+        return result
 
     def _baseline(self, production: int) -> dict[str, float]:
         """Users' mean reward under ``production`` in the newest windows (CUPED covariate)."""

@@ -134,6 +134,7 @@ class ModelSubscriber(Generic[T]):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ack_failures = 0
+        self.rejected = 0  # versions refused (bad artifact, loader failure): for metrics
         self._closed = False
         self._acks = EventProducer(kafka_config, timeout_s=5.0)
         self._consumer = Consumer(
@@ -334,6 +335,7 @@ class ModelSubscriber(Generic[T]):
                 model = (self._loader(path, pointer.version),)
             except Exception as exc:  # any failure to load rejects the version, never the replica
                 log.warning("replica %s rejected v%d: %s", self.replica_id, pointer.version, exc)
+                self.rejected += 1
                 self._ack(pointer, ReplicaState.REJECTED, error=f"{type(exc).__name__}: {exc}")
                 return False
         served = ServedModel(

@@ -7,7 +7,6 @@ terminal.
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import threading
 import urllib.error
@@ -24,6 +23,14 @@ from rich.table import Column, Table
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
 from flywheel.listen import listen, run_server
+from flywheel.logs import ensure_logging
+from flywheel.metrics import (
+    FeatureProcessorCollector,
+    MetricsServer,
+    metrics_options,
+    service_registry,
+    start_metrics_server,
+)
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -75,6 +82,7 @@ def _processor_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Produce at most one FeatureUpdate per feature and entity this often.",
         ),
         click.option("--status-every-s", default=5.0, show_default=True, type=float),
+        metrics_options,
     ]
     for option in reversed(options):
         f = option(f)
@@ -115,17 +123,22 @@ def run(once: bool, **options: Any) -> None:
     status line every --status-every-s and stops on Ctrl-C or, with --once, when caught up.
     """
     processor = _processor(**options)
+    metrics = _serve_metrics(processor, options)
     stop = stop_on_signals()
     out.print(
         f"[green]features[/] reading {', '.join(processor_topics(processor))}; updates to "
         f"{options['updates_topic']}{' (once)' if once else '; Ctrl-C to stop'}"
     )
-    status = processor.run(
-        stop.is_set,
-        lambda s: err.print(s.line()),
-        until_caught_up=once,
-        progress_every_s=options["status_every_s"],
-    )
+    try:
+        status = processor.run(
+            stop.is_set,
+            lambda s: err.print(s.line()),
+            until_caught_up=once,
+            progress_every_s=options["status_every_s"],
+        )
+    finally:
+        if metrics is not None:
+            metrics.close()
     out.print(f"features stopped: {status.records:,} records, {status.updates:,} updates")
 
 
@@ -143,6 +156,7 @@ def serve(host: str, port: int, **options: Any) -> None:
 
     processor = _processor(**options)
     sock = listen(host, port)
+    metrics = _serve_metrics(processor, options)
     stop = threading.Event()
     worker = threading.Thread(
         target=processor.run,
@@ -162,6 +176,8 @@ def serve(host: str, port: int, **options: Any) -> None:
     finally:
         stop.set()
         worker.join(timeout=30)
+        if metrics is not None:
+            metrics.close()
 
 
 @features.command()
@@ -285,8 +301,7 @@ def _processor(
     from feature_store.processor import FeatureProcessor
     from flywheel.clients import codec as make_codec
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    ensure_logging("features")
     try:
         history_ms = parse_duration_ms(history)
     except ValueError as exc:
@@ -307,6 +322,14 @@ def _processor(
             producer_name=f"feature_store.online/{socket.gethostname()}",
             flush_every_s=flush_every_s,
         )
+    except FlywheelError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _serve_metrics(processor: Any, options: dict[str, Any]) -> MetricsServer | None:
+    registry = service_registry(FeatureProcessorCollector(lambda: processor.status))
+    try:
+        return start_metrics_server(options["metrics_port"], registry, options["metrics_host"])
     except FlywheelError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -9,6 +9,12 @@ import click
 
 from flywheel.clients import codec
 from flywheel.console import err
+from flywheel.metrics import (
+    LearnerCollector,
+    metrics_options,
+    service_registry,
+    start_metrics_server,
+)
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
@@ -50,12 +56,15 @@ def _log(message: str) -> None:
     help="Override loop.min_new_rows: new training rows needed per version.",
 )
 @click.option("--duration", default=None, help="Override train.duration, e.g. 20ep, 500ba, 90s.")
+@metrics_options
 def learn(
     model_name: str,
     config_path: Path,
     max_versions: int | None,
     min_rows: int | None,
     duration: str | None,
+    metrics_port: int,
+    metrics_host: str,
 ) -> None:
     """Turn new lake rewards into gated model versions, continuously.
 
@@ -97,5 +106,11 @@ def learn(
     _log(f"model {model_name}: lake {paths.lake}, MDS {paths.mds_root}, models {paths.models_root}")
     if config.features:
         _log(f"policy input: context + features {', '.join(config.features)} (point in time)")
-    results = learner.run(stop, max_versions)
+    registry = service_registry(LearnerCollector(learner.stats, model_name))
+    metrics = start_metrics_server(metrics_port, registry, metrics_host)
+    try:
+        results = learner.run(stop, max_versions)
+    finally:
+        if metrics is not None:
+            metrics.close()
     _log(f"stopped after {len(results)} version(s) this run")

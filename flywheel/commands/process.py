@@ -9,6 +9,13 @@ import click
 
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
+from flywheel.logs import json_logging
+from flywheel.metrics import (
+    JoinerCollector,
+    metrics_options,
+    service_registry,
+    start_metrics_server,
+)
 from flywheel.settings import Settings
 from streams.topics import dlq_topic
 
@@ -146,7 +153,9 @@ def _telemetry_topics(
     default="warn",
     show_default=True,
     type=click.Choice(["crit", "error", "warn", "info", "debug"]),
+    help="faust's log level (with `flywheel --log-format json`, the global --log-level).",
 )
+@metrics_options
 def process(
     reward_fns: tuple[str, ...],
     outcome_window_s: float,
@@ -168,6 +177,8 @@ def process(
     once_idle_s: float | None,
     status_every_s: float,
     log_level: str,
+    metrics_port: int,
+    metrics_host: str,
 ) -> None:
     """Join telemetry per suggestion into Rewards, and rollout groups into advantages.
 
@@ -216,6 +227,9 @@ def process(
             config=config,
             stats=stats,
         )
+        metrics = start_metrics_server(
+            metrics_port, service_registry(JoinerCollector(stats)), metrics_host
+        )
     except FlywheelError as exc:  # also when run as `python -m processors.joiner`
         raise click.ClickException(str(exc)) from exc
 
@@ -232,7 +246,15 @@ def process(
         "; Ctrl-C to stop",
         soft_wrap=True,
     )
-    worker = faust.Worker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
+    # faust replaces the root handler with its own (colored text on stdout) unless told not to:
+    # JSON logs keep the one `flywheel --log-format json` installed.
+    worker = faust.Worker(
+        app,
+        loglevel=log_level,
+        quiet=True,
+        redirect_stdouts=False,
+        override_logging=not json_logging(),
+    )
     # faust's terminal spinner sets the root logger to DEBUG (it spins on every record), which
     # makes every send build a debug LogRecord: ~8% of the worker's CPU. No spinner, no cost.
     worker.spinner = None
@@ -243,6 +265,9 @@ def process(
             raise click.ClickException(
                 f"the worker stopped with status {exc.code}; rerun with --log-level info"
             ) from exc
+    finally:
+        if metrics is not None:
+            metrics.close()
     out.print(
         f"process stopped: {stats.events:,} events, {stats.rewards:,} rewards, "
         f"{stats.late:,} late, {stats.dead_letters:,} dead letters"

@@ -12,6 +12,12 @@ import yaml
 
 from flywheel.clients import telemetry_client
 from flywheel.console import err, out
+from flywheel.metrics import (
+    SimulatorCollector,
+    metrics_options,
+    service_registry,
+    start_metrics_server,
+)
 from flywheel.settings import Settings
 from simulator import (
     DEFAULT_CONFIG_PATH,
@@ -74,9 +80,11 @@ def _status(report: RunReport) -> str:
     show_default=True,
     help="Event-time clock start (ISO-8601), or 'now'.",
 )
+@metrics_options
 def simulate(
     config_path: Path, sets: tuple[str, ...], seed: int | None, concurrency: int | None,
     n_requests: int | None, duration_s: float | None, rate_per_s: float | None, start_time: str,
+    metrics_port: int, metrics_host: str,
 ) -> None:  # fmt: skip
     """Simulate an IDE fleet (and agent rollouts) and send its events through the SDK.
 
@@ -100,13 +108,25 @@ def simulate(
     fleet = Fleet(config, build_policy(config.policy))
     settings = Settings.from_env()
     started = time.perf_counter()
+    last: list[RunReport] = []  # the latest progress report, for metrics
+
+    def progress(report: RunReport) -> None:
+        last[:] = [report]
+        status.update(_status(report))
+
     with telemetry_client(settings, name="simulator") as client, err.status("simulating") as status:
-        report = run_fleet(
-            fleet, client, n_requests=n_requests, duration_s=duration_s,
-            rate_per_s=rate_per_s, progress=lambda r: status.update(_status(r)),
-        )  # fmt: skip
-        status.update("flushing")
-        client.flush(60)
+        collector = SimulatorCollector(lambda: last[0] if last else None, lambda: client.stats)
+        metrics = start_metrics_server(metrics_port, service_registry(collector), metrics_host)
+        try:
+            report = run_fleet(
+                fleet, client, n_requests=n_requests, duration_s=duration_s,
+                rate_per_s=rate_per_s, progress=progress,
+            )  # fmt: skip
+            status.update("flushing")
+            client.flush(60)
+        finally:
+            if metrics is not None:
+                metrics.close()
     out.print(_status(report))
     out.print(f"by type: {yaml.safe_dump(dict(report.events_by_type), sort_keys=True).strip()}")
     out.print(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import click
 
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
+from flywheel.logs import ensure_logging
+from flywheel.metrics import SinkCollector, metrics_options, service_registry, start_metrics_server
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
@@ -94,6 +95,7 @@ def _decode_as(
 )
 @click.option("--once", is_flag=True, help="Sink what is there, then write, commit and exit.")
 @click.option("--status-every-s", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
+@metrics_options
 def sink(
     topics: str,
     lake: Path | None,
@@ -108,6 +110,8 @@ def sink(
     decode_as: dict[str, str],
     once: bool,
     status_every_s: float,
+    metrics_port: int,
+    metrics_host: str,
 ) -> None:
     """Write every platform topic to hour-partitioned Parquet in the lake, exactly once.
 
@@ -120,8 +124,7 @@ def sink(
     from flywheel.clients import codec as make_codec
     from processors.lake import LakeSink, RotationLimits
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    ensure_logging("sink")
     settings = Settings.from_env()
     lake_dir = (lake or settings.lake).absolute()
     names = [t.strip() for t in topics.split(",") if t.strip()]
@@ -142,17 +145,23 @@ def sink(
             decode_as=decode_as,
             instance_id=instance_id or f"{socket.gethostname()}-lake-sink",
         )
+        registry = service_registry(SinkCollector(lambda: lake_sink.status))
+        metrics = start_metrics_server(metrics_port, registry, metrics_host)
         stop = stop_on_signals()
         out.print(
             f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead letters "
             f"to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
         )
-        status = lake_sink.run(
-            stop,
-            lambda s: err.print(s.line()),
-            until_caught_up=once,
-            progress_every_s=status_every_s,
-        )
+        try:
+            status = lake_sink.run(
+                stop,
+                lambda s: err.print(s.line()),
+                until_caught_up=once,
+                progress_every_s=status_every_s,
+            )
+        finally:
+            if metrics is not None:
+                metrics.close()
     except FlywheelError as exc:  # also when run as `python -m processors.lake`, outside the CLI
         raise click.ClickException(str(exc)) from exc
     out.print(
