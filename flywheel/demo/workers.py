@@ -73,6 +73,10 @@ class Workers:
                 )
         return done
 
+    def pids(self) -> dict[str, int]:
+        """Worker name -> process id (memory and CPU readers: the soak benchmark)."""
+        return {name: proc.pid for name, proc in self._procs.items()}
+
     def log(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
