@@ -53,46 +53,93 @@ class HoldoutSplit:
         return _mix_scalar(_hash_scalar(f"{self.salt}:{source_id}".encode())) < self.threshold
 
     def mask(self, source_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        """(n,) bool: :meth:`is_held_out` of each id (null ids are never held out)."""
+        """(n,) bool: :meth:`is_held_out` of each id (null ids are never held out).
+
+        Bit-identical to :meth:`is_held_out`; ids are hashed in groups of equal byte length,
+        each group one (m, width) byte matrix gathered without a per-byte index.
+        """
         ids = source_ids.combine_chunks() if isinstance(source_ids, pa.ChunkedArray) else source_ids
         ids = pc.cast(ids, pa.large_binary())
         n = len(ids)
         held = np.zeros(n, dtype=bool)
         if n == 0:
             return held
-        valid = np.asarray(ids.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         offsets = np.frombuffer(ids.buffers()[1], dtype=np.int64)[ids.offset : ids.offset + n + 1]
         data = np.frombuffer(ids.buffers()[2] or b"", dtype=np.uint8)
         lengths = np.diff(offsets)
-        prefix = np.frombuffer(f"{self.salt}:".encode(), dtype=np.uint8)
-        for length in np.unique(lengths[valid]):
-            rows = np.flatnonzero(valid & (lengths == length))
-            total = len(prefix) + int(length)
-            width = -(-total // 8) * 8
-            # (m, width) bytes: salt prefix, the id, zero padding; then (m, width / 8) words
-            chars = np.zeros((len(rows), width), dtype=np.uint8)
-            chars[:, : len(prefix)] = prefix
-            chars[:, len(prefix) : total] = data[offsets[rows][:, None] + np.arange(length)]
-            words = chars.view("<u8")
-            h = np.full(len(rows), _start(total), dtype=np.uint64)
-            for j in range(words.shape[1]):
-                h ^= words[:, j]
-                h *= np.uint64(_FNV_PRIME)  # wraps modulo 2**64
-            held[rows] = _mix_vector(h) < np.uint64(self.threshold)
+        valid = (
+            np.ones(n, dtype=bool)
+            if ids.null_count == 0
+            else np.asarray(ids.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        )
+        prefix = f"{self.salt}:".encode()
+        # The prefix's whole words hash to the same state for every id of one length: hash
+        # them once per length and only the rest per id.
+        cut = len(prefix) // 8 * 8
+        tail = np.frombuffer(prefix[cut:], dtype=np.uint8)
+        threshold = np.uint64(self.threshold)
+        for length in _distinct(lengths[valid]):
+            same = valid & (lengths == length)
+            rows = None if same.all() else np.flatnonzero(same)
+            starts = offsets[:-1] if rows is None else offsets[rows]
+            state = _fnv_words(_start(len(prefix) + length), prefix[:cut])
+            h = _hash_words(_padded(tail, _gather(data, starts, length)), state)
+            held[slice(None) if rows is None else rows] = _mix_vector(h) < threshold
         return held
 
 
-def _start(length: int) -> np.uint64:
-    return np.uint64((_FNV_OFFSET ^ length) & _MASK)
+def _gather(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
+    """(m, length) uint8: the ``length`` bytes of ``data`` from each of ``starts``."""
+    if length == 0:
+        return np.zeros((len(starts), 0), dtype=np.uint8)
+    # A (len(data) - length + 1, length) view with byte strides: row s is data[s : s + length],
+    # so one index per id gathers its bytes (no (m, length) index array).
+    windows = np.lib.stride_tricks.sliding_window_view(data, length)
+    return np.asarray(windows[starts])
 
 
-def _hash_scalar(data: bytes) -> int:
-    """The word-wise FNV hash of ``data`` (see the module docstring)."""
-    h = int(_start(len(data)))
+def _padded(prefix: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """(m, width) uint8: ``prefix``, each id's bytes, zeros up to a multiple of 8 bytes."""
+    total = len(prefix) + ids.shape[1]
+    chars = np.zeros((len(ids), -(-total // 8) * 8), dtype=np.uint8)
+    chars[:, : len(prefix)] = prefix
+    chars[:, len(prefix) : total] = ids
+    return chars
+
+
+def _hash_words(chars: np.ndarray, state: int) -> np.ndarray:
+    """(m,) uint64: the word-wise FNV hash, from ``state``, of each row of ``chars``."""
+    words = np.ascontiguousarray(chars.view("<u8").T)  # (width / 8, m) little-endian words
+    h = np.full(chars.shape[0], state, dtype=np.uint64)
+    for word in words:
+        h ^= word
+        h *= np.uint64(_FNV_PRIME)  # wraps modulo 2**64
+    return h
+
+
+def _distinct(lengths: np.ndarray) -> list[int]:
+    """The distinct values of ``lengths`` (one min/max pass when all ids are equally long)."""
+    if len(lengths) == 0:
+        return []
+    low, high = int(lengths.min()), int(lengths.max())
+    return [low] if low == high else [int(v) for v in np.unique(lengths)]
+
+
+def _start(length: int) -> int:
+    return (_FNV_OFFSET ^ length) & _MASK
+
+
+def _fnv_words(h: int, data: bytes) -> int:
+    """FNV state ``h`` after the little-endian words of ``data`` (zero-padded to 8 bytes)."""
     padded = data + b"\0" * (-len(data) % 8)
     for i in range(0, len(padded), 8):
         h = ((h ^ int.from_bytes(padded[i : i + 8], "little")) * _FNV_PRIME) & _MASK
     return h
+
+
+def _hash_scalar(data: bytes) -> int:
+    """The word-wise FNV hash of ``data`` (see the module docstring)."""
+    return _fnv_words(_start(len(data)), data)
 
 
 def _mix_scalar(h: int) -> int:

@@ -134,6 +134,9 @@ class SampleSpec:
     def pack(self, rows: RewardRows) -> Iterator[dict[str, Any]]:
         """MDS samples of ``rows`` in order, ``rows_per_sample`` each; the last one padded.
 
+        Full samples are views of ``rows``' columns (or of one converted copy of a column whose
+        dtype differs from the MDS encoding): write them out before changing ``rows``.
+
         Raises LearnerError when the rows' context width or extra columns do not match the spec.
         """
         if rows.context.ndim != 2 or rows.context.shape[1] != self.context_dim:
@@ -147,25 +150,29 @@ class SampleSpec:
             )
         r = self.rows_per_sample
         n = len(rows)
-        padded = -(-n // r) * r
-        arrays = {
-            "context": _pad(rows.context.astype(np.float32, copy=False), padded),
-            "shown": _pad(rows.shown.astype(np.uint8), padded),
-            "propensity": _pad(rows.propensity.astype(np.float32), padded),
-            "reward": _pad(rows.reward.astype(np.float32), padded),
-            "model_version": _pad(rows.model_version.astype(np.int32), padded),
+        arrays: dict[str, np.ndarray] = {
+            "context": rows.context.astype(np.float32, copy=False),
+            "shown": rows.shown.astype(np.uint8, copy=False),
+            "propensity": rows.propensity.astype(np.float32, copy=False),
+            "reward": rows.reward.astype(np.float32, copy=False),
+            "model_version": rows.model_version.astype(np.int32, copy=False),
         }
         if rows.extra is not None:
-            arrays["extra"] = _pad(rows.extra.astype(np.float32, copy=False), padded)
+            arrays["extra"] = rows.extra.astype(np.float32, copy=False)
         for start in range(0, n, r):
-            sample: dict[str, Any] = {k: v[start : start + r] for k, v in arrays.items()}
-            sample["n_rows"] = min(r, n - start)
+            # Full samples are views of the converted columns; only the last one is copied,
+            # to pad it with zeros to the static shape.
+            count = min(r, n - start)
+            sample: dict[str, Any] = {
+                k: v[start : start + r] if count == r else _pad(v[start:], r)
+                for k, v in arrays.items()
+            }
+            sample["n_rows"] = count
             yield sample
 
 
 def _pad(array: np.ndarray, length: int) -> np.ndarray:
-    if len(array) == length:
-        return array
+    """``array`` followed by zero rows up to ``length`` rows."""
     out = np.zeros((length, *array.shape[1:]), dtype=array.dtype)
     out[: len(array)] = array
     return out

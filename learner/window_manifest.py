@@ -153,7 +153,16 @@ def write_manifest(root: Path, manifest: Manifest) -> None:
 
 def write_json_atomically(path: Path, data: Mapping[str, Any]) -> None:
     """Replace ``path`` with ``data`` as JSON, atomically and durably."""
-    write_durably(path, json.dumps(data, indent=1, sort_keys=True).encode())
+    write_durably(path, _dumps(data).encode())
+
+
+def record_json(record: WindowRecord) -> str:
+    """The text of a window's ``window.json`` (the same JSON as its manifest entry)."""
+    return _dumps(record.to_json())
+
+
+def _dumps(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=True)
 
 
 def fsync_tree(directory: Path) -> None:

@@ -43,7 +43,7 @@ from learner.window_manifest import (
     WindowRecord,
     fsync_tree,
     read_manifest,
-    write_json_atomically,
+    record_json,
     write_manifest,
 )
 from processors.lake.layout import LakeFile, scan_topic
@@ -56,7 +56,6 @@ _BASE_COLUMNS = (
     "source_id", "context", "decision", "propensity", "reward", "model_version", "event_time",
     "attributed_at",
 )  # fmt: skip
-_FILTER_COLUMNS = ("source", "reward_fn", "model_name")
 
 
 def build_window(
@@ -96,10 +95,10 @@ def build_window(
         seq = manifest.next_seq()
         name = window_name(seq, new)
         table, skipped = _read_table(new, reward_fn, split, enrich, model_name)
-        held = np.asarray(table.column("_held_out").to_numpy(zero_copy_only=False), dtype=bool)
-        rows = _to_rows(table, context_dim)
-        train = rows.take(~held)
-        spec = SampleSpec(rows_per_sample, context_dim, rows.extra_columns)
+        held = _held_out(table)
+        # Only the training rows are converted, and without their ids (MDS does not hold them).
+        train = _to_rows(table, context_dim, keep=~held, ids=False)
+        spec = SampleSpec(rows_per_sample, context_dim, train.extra_columns)
         record = WindowRecord(
             name=name,
             seq=seq,
@@ -112,10 +111,10 @@ def build_window(
             samples=-(-len(train) // rows_per_sample),
             rows_per_sample=rows_per_sample,
             context_dim=context_dim,
-            extra_columns=rows.extra_columns,
+            extra_columns=train.extra_columns,
             compression=compression,
-            min_event_time_ms=int(rows.event_time_ms.min()) if len(rows) else None,
-            max_event_time_ms=int(rows.event_time_ms.max()) if len(rows) else None,
+            min_event_time_ms=_min_ms(table, "event_time"),
+            max_event_time_ms=_max_ms(table, "event_time"),
             max_attributed_ms=_max_ms(table, "attributed_at"),
             created_at=datetime.now(UTC).isoformat(),
         )
@@ -186,7 +185,9 @@ def _write_window(root: Path, record: WindowRecord, spec: SampleSpec, rows: Rewa
         with MDSWriter(out=str(temp), columns=spec.columns(), compression=record.compression) as w:
             for sample in spec.pack(rows):
                 w.write(sample)
-        write_json_atomically(temp / WINDOW_RECORD_NAME, record.to_json())
+        # A plain write: fsync_tree makes every file of the window durable, once, before the
+        # rename that makes the window visible.
+        (temp / WINDOW_RECORD_NAME).write_text(record_json(record))
         fsync_tree(temp)
         temp.rename(root / record.name)
     except BaseException:
@@ -197,20 +198,45 @@ def _write_window(root: Path, record: WindowRecord, spec: SampleSpec, rows: Rewa
 
 def _read_file(
     path: Path, columns: list[str] | None, reward_fn: str, model: str | None
-) -> pa.Table:
-    """One lake file's suggestion rows of ``reward_fn`` (and ``model``), ``columns`` only."""
-    wanted = None if columns is None else [*columns, *_FILTER_COLUMNS]
-    # Low-cardinality strings as dictionaries: filtering compares a few codes, not every string.
-    codes = None if columns is None else [*_FILTER_COLUMNS, "decision"]
-    table = pq.read_table(path, columns=wanted, read_dictionary=codes)
-    keep = pc.and_(
-        pc.equal(table.column("source"), "SUGGESTION"),
-        pc.equal(table.column("reward_fn"), reward_fn),
-    )
+) -> tuple[pa.Table, int]:
+    """One lake file's suggestion rows of ``reward_fn`` (and ``model``), ``columns`` only, and
+    the number of rows the file holds."""
+    wanted = {"source": "SUGGESTION", "reward_fn": reward_fn}
     if model is not None:
-        keep = pc.and_(keep, pc.equal(table.column("model_name"), model))
-    table = table.filter(keep)
-    return table if columns is None else table.select(columns)
+        wanted["model_name"] = model
+    # Low-cardinality strings as dictionaries: filtering compares a few codes, not every string.
+    codes = None if columns is None else [*wanted, "decision"]
+    with pq.ParquetFile(path, read_dictionary=codes) as parquet:
+        # A filter column whose statistics prove that every row matches is neither read nor
+        # compared (the usual case: a lake file holds one source, reward function and model).
+        checks = {c: v for c, v in wanted.items() if not _all_rows_equal(parquet.metadata, c, v)}
+        table = parquet.read(columns=None if columns is None else [*columns, *checks])
+    total = table.num_rows
+    keep = None
+    for name, value in checks.items():
+        equal = pc.equal(table.column(name), value)
+        keep = equal if keep is None else pc.and_(keep, equal)
+    # Filtering copies every column: skip it when all rows are kept.
+    if keep is not None and pc.all(keep, skip_nulls=False).as_py() is not True:
+        table = table.filter(keep)
+    return (table if columns is None else table.select(columns)), total
+
+
+def _all_rows_equal(metadata: pq.FileMetaData, column: str, value: str) -> bool:
+    """True when the statistics of every row group prove that ``column`` is ``value`` in every
+    row (min == max == value, no nulls); False when they do not, or are missing."""
+    paths = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if column not in paths:
+        return False
+    index = paths.index(column)
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max or not stats.has_null_count:
+            return False
+        # min and max bound the values even where a writer truncated them.
+        if stats.null_count != 0 or stats.min != value or stats.max != value:
+            return False
+    return True
 
 
 def _read_table(
@@ -233,8 +259,9 @@ def _read_table(
     total = 0
     parts = []
     for path in paths:
-        total += pq.read_metadata(path).num_rows
-        parts.append(_read_file(path, columns, reward_fn, model_name))
+        part, rows = _read_file(path, columns, reward_fn, model_name)
+        parts.append(part)
+        total += rows
     if not parts:
         raise LearnerError("no lake files to read; pass a window or at least one file.")
     table = pa.concat_tables(parts, promote_options="default")
@@ -255,14 +282,33 @@ def _epoch_ms(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _max_ms(table: pa.Table, column: str) -> int | None:
     """Largest timestamp of ``column`` in epoch ms (None for an empty table)."""
+    return _bound_ms(table, column, pc.max)
+
+
+def _min_ms(table: pa.Table, column: str) -> int | None:
+    """Smallest timestamp of ``column`` in epoch ms (None for an empty table)."""
+    return _bound_ms(table, column, pc.min)
+
+
+def _bound_ms(table: pa.Table, column: str, bound: Callable[..., pa.Scalar]) -> int | None:
     if table.num_rows == 0:
         return None
-    value = pc.max(_epoch_ms(table.column(column))).as_py()
+    value = bound(_epoch_ms(table.column(column))).as_py()
     return None if value is None else int(value)
 
 
-def _to_rows(table: pa.Table, context_dim: int) -> RewardRows:
-    """RewardRows of a table read by :func:`_read_table`; LearnerError for bad contexts."""
+def _held_out(table: pa.Table) -> np.ndarray:
+    """(n,) bool: the ``_held_out`` column of a table read by :func:`_read_table`."""
+    return np.asarray(table.column("_held_out").to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _to_rows(
+    table: pa.Table, context_dim: int, *, keep: np.ndarray | None = None, ids: bool = True
+) -> RewardRows:
+    """RewardRows of a table read by :func:`_read_table`: all rows, or those where ``keep``
+    (n,) bool is True, in table order. With ``ids=False`` source ids are not converted to
+    Python strings (``source_id`` holds None). LearnerError for bad contexts or extra columns.
+    """
     n = table.num_rows
     contexts = table.column("context")
     lengths = pc.list_value_length(contexts)
@@ -272,37 +318,39 @@ def _to_rows(table: pa.Table, context_dim: int) -> RewardRows:
             f"values (or none), expected {context_dim}; rows of another context spec need "
             "their own dataset."
         )
-    flat = pc.list_flatten(contexts).to_numpy(zero_copy_only=False)
     metadata = table.schema.metadata or {}
     extra_names = tuple(c for c in metadata.get(b"extra_columns", b"").decode().split(",") if c)
+
+    def rows_of(values: np.ndarray, dtype: type[np.generic]) -> np.ndarray:
+        # Selecting copies, so the cast can reuse it; all rows are copied too (writable arrays).
+        if keep is None:
+            return values.astype(dtype)
+        return np.asarray(values[keep]).astype(dtype, copy=False)
+
+    def column(name: str, dtype: type[np.generic]) -> np.ndarray:
+        return rows_of(np.asarray(table.column(name).to_numpy(zero_copy_only=False)), dtype)
+
     extra = None
     if extra_names:
         try:
-            extra = np.stack(
-                [
-                    table.column(c).to_numpy(zero_copy_only=False).astype(np.float32)
-                    for c in extra_names
-                ],
-                axis=1,
-            )
+            extra = np.stack([column(c, np.float32) for c in extra_names], axis=1)
         except (ValueError, TypeError, pa.ArrowException) as error:
             raise LearnerError(
                 f"enriched columns {extra_names} must be numeric without nulls ({error}); "
                 "fill or drop them in the enrich hook."
             ) from error
-
-    def column(name: str) -> np.ndarray:
-        return np.asarray(table.column(name).to_numpy(zero_copy_only=False))
-
-    event_time = _epoch_ms(table.column("event_time"))
+    flat = pc.list_flatten(contexts).to_numpy(zero_copy_only=False)
+    shown = pc.equal(table.column("decision"), "SHOWN").to_numpy(zero_copy_only=False)
+    event_time = _epoch_ms(table.column("event_time")).to_numpy(zero_copy_only=False)
+    m = n if keep is None else int(np.count_nonzero(keep))
     return RewardRows(
-        source_id=column("source_id").astype(object),
-        context=flat.astype(np.float32).reshape(n, context_dim),
-        shown=pc.equal(table.column("decision"), "SHOWN").to_numpy(zero_copy_only=False),
-        propensity=column("propensity").astype(np.float64),
-        reward=column("reward").astype(np.float64),
-        model_version=column("model_version").astype(np.int64),
-        event_time_ms=event_time.to_numpy(zero_copy_only=False).astype(np.int64),
+        source_id=column("source_id", np.object_) if ids else np.empty(m, dtype=object),
+        context=rows_of(flat.reshape(n, context_dim), np.float32),
+        shown=rows_of(shown, np.bool_),
+        propensity=column("propensity", np.float64),
+        reward=column("reward", np.float64),
+        model_version=column("model_version", np.int64),
+        event_time_ms=rows_of(event_time, np.int64),
         extra=extra,
         extra_columns=extra_names,
     )
@@ -334,11 +382,10 @@ def load_rows(
     if not paths:
         raise LearnerError("load_rows got no lake files; pass a window or at least one file.")
     table, _ = _read_table(paths, reward_fn, split or HoldoutSplit(), enrich)
-    rows = _to_rows(table, context_dim)
     if holdout is None:
-        return rows
-    held = np.asarray(table.column("_held_out").to_numpy(zero_copy_only=False), dtype=bool)
-    return rows.take(held if holdout else ~held)
+        return _to_rows(table, context_dim)
+    held = _held_out(table)
+    return _to_rows(table, context_dim, keep=held if holdout else ~held)
 
 
 @dataclass(frozen=True)
