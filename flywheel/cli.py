@@ -17,6 +17,7 @@ from flywheel.commands.privacy import privacy
 from flywheel.commands.process import process
 from flywheel.commands.query import query
 from flywheel.commands.report import report
+from flywheel.commands.serve import serve
 from flywheel.commands.simulate import simulate
 from flywheel.commands.sink import sink
 from flywheel.commands.stack import stack
@@ -78,6 +79,7 @@ cli.add_command(learn)
 cli.add_command(models)
 cli.add_command(doctor)
 cli.add_command(privacy)
+cli.add_command(serve)
 
 
 def main() -> None:
