@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from typing import Any
 
 from flywheel.errors import FlywheelError
@@ -31,9 +33,14 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run_server(app: Any, sock: socket.socket) -> None:
-    """Run the ASGI ``app`` with uvicorn on ``sock`` until Ctrl-C or SIGTERM; closes ``sock``."""
+    """Run the ASGI ``app`` with uvicorn on ``sock`` until Ctrl-C or SIGTERM; closes ``sock``.
+
+    Returns after a graceful shutdown, so the caller's ``finally`` blocks run (the gateway's
+    last flush) on SIGTERM too.
+    """
     import uvicorn  # imported here so `--help` stays fast
 
+    _absorb_reraised_signals()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", server_header=False))
     try:
         server.run(sockets=[sock])
@@ -41,3 +48,18 @@ def run_server(app: Any, sock: socket.socket) -> None:
         pass  # uvicorn re-raises the Ctrl-C it already handled with a graceful shutdown
     finally:
         sock.close()
+
+
+def _absorb_reraised_signals() -> None:
+    """After its graceful shutdown uvicorn re-raises the signal it handled, for the handler that
+    was there before it. Python's default SIGTERM action would then kill the process before any
+    ``finally`` block: where no handler of ours is set, install one that does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread (tests run servers in threads)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(sig, _ignore)
+
+
+def _ignore(_signum: int, _frame: Any) -> None:
+    return None

@@ -144,7 +144,7 @@ def test_flywheel_gateway_serve_end_to_end(stack: Settings, tmp_path: Path) -> N
         assert response.json()["accepted"] == len(sent)
         assert "flywheel_gateway_events_accepted_total" in httpx.get(f"{base}/metrics").text
     finally:
-        server.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGTERM)  # what `docker stop` sends
         output, _ = server.communicate(timeout=60)
     assert server.returncode == 0, output
     assert f"gateway on http://127.0.0.1:{port}" in output
