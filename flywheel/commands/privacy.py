@@ -13,7 +13,7 @@ from processors.lake.erasure import retain
 
 @click.group()
 def privacy() -> None:
-    """Erasure and retention of lake data (docs/operations.md)."""
+    """Erase a user (lake, dead letters, online features); lake retention (docs/operations.md)."""
 
 
 @privacy.command()

@@ -46,3 +46,22 @@ def test_status_of_an_external_cluster_masks_secrets() -> None:
     assert result.exit_code == 0, result.output
     assert "no local stack is managed" in result.output
     assert "hunter2" not in result.output
+
+
+def test_a_worker_command_loads_no_training_or_plotting_library() -> None:
+    """Commands load lazily: `flywheel sink` must not pay for torch (~1 GB resident)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from flywheel.cli import cli\n"
+        "try:\n"
+        "    cli(['sink', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('torch', 'streaming', 'matplotlib') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("[]"), result.stdout
