@@ -35,9 +35,9 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flywheel.errors import FlywheelError
+from flywheel.http_metrics import RequestMetricsMiddleware
 from flywheel.metrics import ServingCollector, service_registry
 from schemas.enums import SuggestionTrigger
 from simulator.context import CONTEXT_DIM, CONTEXT_SPEC
@@ -249,33 +249,12 @@ class ServingMetrics:
         with self._lock:
             self._decisions += len(results)
 
+    def record_request(self, path: str, status: int, seconds: float) -> None:
+        """One HTTP request (unknown paths: ``other``); ``RequestMetricsMiddleware`` calls it."""
+        self.requests.labels(path if path in ROUTES else "other", str(status)).inc()
+
     def render(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-class _CountRequests:
-    """Pure ASGI middleware: every HTTP request by route (unknown paths: ``other``) and status."""
-
-    def __init__(self, app: ASGIApp, metrics: ServingMetrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # if the app raises before it starts a response, the server sends a 500
-
-        async def send_counted(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_counted)
-        finally:
-            route = scope["path"] if scope["path"] in ROUTES else "other"
-            self.metrics.requests.labels(route, str(status)).inc()
 
 
 def create_app(
@@ -320,7 +299,7 @@ def create_app(
             Route(HEALTH_PATH, healthz, methods=["GET"]),
             Route(METRICS_PATH, get_metrics, methods=["GET"]),
         ],
-        middleware=[Middleware(_CountRequests, metrics=metrics)],
+        middleware=[Middleware(RequestMetricsMiddleware, metrics=metrics)],
     )
     app.state.metrics = metrics
     return app

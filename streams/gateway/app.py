@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from flywheel.errors import FlywheelError
+from flywheel.http_metrics import RequestMetricsMiddleware
 from schemas.events import Event
 from streams.gateway.errors import (
     BodyTooLarge,
@@ -42,7 +43,7 @@ from streams.gateway.errors import (
     UnsupportedMediaType,
 )
 from streams.gateway.keys import ApiKeyStore, KeyRecord
-from streams.gateway.metrics import GatewayMetrics, RequestMetricsMiddleware
+from streams.gateway.metrics import GatewayMetrics
 from streams.gateway.parsing import (
     MediaType,
     RawItem,

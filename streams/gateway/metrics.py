@@ -7,11 +7,8 @@ are the gateway's five (anything a client made up is `unknown`), reasons are `Re
 
 from __future__ import annotations
 
-import time
-
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from streams.gateway.errors import ReasonCode
 from streams.gateway.parsing import GATEWAY_EVENT_TYPES
@@ -51,6 +48,12 @@ class GatewayMetrics:
     def route_label(self, path: str) -> str:
         return path if path in self._routes else "other"
 
+    def record_request(self, path: str, status: int, seconds: float) -> None:
+        """One HTTP request (``flywheel.http_metrics.RequestMetricsMiddleware`` calls it)."""
+        route = self.route_label(path)
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
     def event_accepted(self, event_type: str) -> None:
         self.accepted.labels(event_type).inc()
 
@@ -61,32 +64,3 @@ class GatewayMetrics:
     def render(self) -> tuple[bytes, str]:
         """(exposition text, its content type)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-
-class RequestMetricsMiddleware:
-    """Pure ASGI middleware counting every HTTP request by route and final status, with its
-    latency. Pure ASGI (not BaseHTTPMiddleware) so streamed request bodies pass untouched."""
-
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500  # if the app raises before it starts a response, the server sends a 500
-
-        async def send_and_record(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_record)
-        finally:
-            route = self.metrics.route_label(str(scope.get("path", "")))
-            self.metrics.requests.labels(route, str(status)).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
