@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.types.auth import CredentialsT
 
+from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
+from processors.joiner.outbox import Outbox
 from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.stats import JoinerStats
 from processors.lake.dead_letters import DeadLetter
@@ -55,23 +58,44 @@ class JoinerConfig:
 
 
 class TableState:
-    """`ChangelogState` over a faust Table with the in-memory store: values go to the store and
-    to the changelog partition named by the caller (faust's own `table[key] = value` needs the
-    current event, which a batch of records of several partitions does not have)."""
+    """`ChangelogState` over a faust Table with the in-memory store: values go to the store and,
+    through the `Outbox`, to the changelog partition named by the caller, in the transaction of
+    that source partition (faust's own `table[key] = value` needs the current event, which a
+    batch of records of several partitions does not have, and goes through faust's producer
+    buffer, which its exactly_once commit does not flush: see `outbox`). `source_topic`: one of
+    the agent's source topics (they share a topic group, hence transactional ids)."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, outbox: Outbox, source_topic: str) -> None:
         self._table = table
+        self._outbox = outbox
+        self._source_topic = source_topic
+        self._codec: tuple[Any, Any, Any] | None = None  # changelog topic, key/value serializers
 
     def get(self, key: str) -> Any:
         return self._table.data.get(key)
 
     def put(self, partition: int, key: str, value: Any) -> None:
         self._table.data[key] = value
-        self._table.send_changelog(partition, key, value)
+        self._send(partition, key, value)
 
     def delete(self, partition: int, key: str) -> None:
         self._table.data.pop(key, None)
-        self._table.send_changelog(partition, key, None, value_serializer="raw")
+        self._send(partition, key, None)
+
+    def _send(self, partition: int, key: str, value: Any) -> None:
+        if self._codec is None:  # the changelog topic exists once the app is finalized
+            table = self._table
+            self._codec = (table.changelog_topic, table.key_serializer, table.value_serializer)
+        topic, key_serializer, value_serializer = self._codec
+        # Serialized as faust's own changelog writes are, so its recovery reads them back.
+        raw_key, _ = topic.prepare_key(key, key_serializer)
+        raw_value = None if value is None else topic.prepare_value(value, value_serializer)[0]
+        changelog = topic.get_topic_name()
+        # The changelog partition is the source partition: recovery restores a partition's
+        # state from its own changelog partition.
+        self._outbox.add(
+            self._source_topic, partition, changelog, raw_key, raw_value, to_partition=partition
+        )
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return list(self._table.data.items())
@@ -87,19 +111,22 @@ def build_app(
     group_policy: GroupPolicy,
     config: JoinerConfig | None = None,
     stats: JoinerStats | None = None,
+    broker_credentials: CredentialsT | None = None,
 ) -> faust.App:
     """A faust app running the reward joiner and the rollout rewarder.
 
     `broker` is a comma-separated bootstrap list; `app_id` names the consumer group and the
     tables' changelog topics (`<app_id>-joiner-state-changelog`, ...), which faust creates.
     The source topics must exist with `config.partitions` partitions. `stats` (optional) is
-    updated as records are processed, for a status line.
+    updated as records are processed, for a status line. `broker_credentials`: TLS/SASL for
+    aiokafka (`streams.security.faust_credentials` of the platform's Kafka settings).
     """
     config = config or JoinerConfig()
     stats = stats if stats is not None else JoinerStats()
     app = faust.App(
         app_id,
         broker=[f"kafka://{host.strip()}" for host in broker.split(",") if host.strip()],
+        broker_credentials=broker_credentials,
         store=config.store,
         topic_partitions=config.partitions,
         topic_replication_factor=1,
@@ -111,25 +138,34 @@ def build_app(
         producer_max_batch_size=1 << 20,  # offers with code text: ~1-2 KiB per state record
     )
     raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
-    rewards_out = app.topic(config.rewards_topic, **raw)
-    dlq_out = {t: app.topic(t, **raw) for t in (config.dlq_late, config.dlq_joiner)}
 
-    # send_soon buffers without yielding to the event loop, so a commit (a transaction under
-    # exactly_once) never lands in the middle of a batch; the commit flushes the buffer first.
-    async def emit(key: bytes, value: bytes) -> None:
-        rewards_out.send_soon(key=key, value=value)
+    # Outputs are queued per source partition and sent after each batch (or event) in that
+    # partition's transaction: `outbox` says why not faust's send_soon.
+    outbox = Outbox(app, exactly_once=config.processing_guarantee == "exactly_once")
 
-    async def send_dead_letter(topic: str, letter: DeadLetter) -> None:
-        dlq_out[topic].send_soon(key=letter.key, value=letter.value, headers=letter.headers)
+    async def emit(source: SourceRecord, key: bytes, value: bytes) -> None:
+        outbox.add(source.topic, source.partition, config.rewards_topic, key, value)
+
+    async def send_dead_letter(source: SourceRecord, topic: str, letter: DeadLetter) -> None:
+        outbox.add(source.topic, source.partition, topic, letter.key, letter.value, letter.headers)
 
     outputs = Outputs(emit, send_dead_letter, config.dlq_late, config.dlq_joiner, config.producer)
     codec = AvroCodec.for_url(registry_url)
     sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
     groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
+    first_telemetry = next(iter(config.topics))
     joiner = RewardJoiner(
-        TableState(sessions), codec, functions, windows, outputs, stats, idle_s=config.idle_s
+        TableState(sessions, outbox, first_telemetry),
+        codec,
+        functions,
+        windows,
+        outputs,
+        stats,
+        idle_s=config.idle_s,
     )
-    grouper = RolloutGrouper(groups, codec, group_policy, outputs, stats)
+    grouper = RolloutGrouper(
+        TableState(groups, outbox, config.rollouts_topic), codec, group_policy, outputs, stats
+    )
 
     def lag(message: Any) -> None:
         try:
@@ -139,6 +175,15 @@ def build_app(
         stats.lag_by_partition[f"{message.topic}/{message.partition}"] = max(
             0, high - message.offset - 1
         )
+
+    async def send_or_crash() -> None:
+        try:
+            await outbox.send()
+        except JoinerError as exc:
+            # Stop the worker: faust would restart just the agent, whose unsent batch would
+            # stay unacked and hold its partitions' commits back forever.
+            await app.crash(exc)
+            raise
 
     telemetry_in = app.topic(*config.topics, **raw)
     rollouts_in = app.topic(config.rollouts_topic, **raw)
@@ -156,6 +201,7 @@ def build_app(
                     for m in messages
                 ]
             )
+            await send_or_crash()  # before faust acks the batch (after this body returns)
             last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
             for m in last.values():
                 lag(m)
@@ -167,6 +213,7 @@ def build_app(
             await grouper.on_event(
                 SourceRecord(m.topic, ROLLOUTS_TOPIC, m.partition, m.offset, m.key, m.value)
             )
+            await send_or_crash()
             lag(m)
 
     @app.on_partitions_assigned.connect

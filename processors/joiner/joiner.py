@@ -14,7 +14,7 @@ All reward math is `processors.rewards`'; this module only moves state and recor
 
 State layout (one table, so one changelog partition holds all of a partition's state in
 order): `<suggestion_id>` → JSON `{"p": partition, "k": session_id, "e": [[platform_topic,
-base64 Avro value], ...]}` (the suggestion's source records; see `_Stored`);
+base64 Avro value], ...]}` (the suggestion's source records; see `state.StoredSuggestion`);
 `\\x00wm/<topic>/<partition>` → an input's watermark (epoch ms);
 `\\x00off/<topic>/<partition>` → the last
 source offset applied. Due suggestions are found through an in-memory heap of deadlines per
@@ -29,12 +29,13 @@ import base64
 import heapq
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from processors.joiner.dead_letters import late_dead_letter, rejected_dead_letter
+from processors.joiner.state import MARK, Batch, ChangelogState, DictState, StoredSuggestion
 from processors.joiner.stats import JoinerStats
 from processors.lake.dead_letters import DeadLetter, Origin
 from processors.rewards.attribution import (
@@ -57,10 +58,12 @@ from schemas.events import EVENT_TYPES, Event, Reward
 from schemas.records import encode_time
 from streams.serde import AvroCodec, DecodeError
 
-MARK = "\x00"  # prefix of bookkeeping keys; no session id starts with NUL
-
-Emit = Callable[[bytes, bytes], Awaitable[None]]  # (key, Avro value) to the rewards topic
-SendDeadLetter = Callable[[str, DeadLetter], Awaitable[None]]  # (dlq topic, record)
+# Outputs name the source record they derive from: the adapter writes them in the Kafka
+# transaction of that record's partition (processors/joiner/outbox.py).
+Emit = Callable[["SourceRecord", bytes, bytes], Awaitable[None]]  # (source, key, Avro value)
+SendDeadLetter = Callable[
+    ["SourceRecord", str, DeadLetter], Awaitable[None]
+]  # (source, dlq, record)
 State = MutableMapping[str, Any]  # the rollout grouper's table
 
 
@@ -112,112 +115,6 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-@runtime_checkable
-class ChangelogState(Protocol):
-    """Table-like state whose writes name their changelog partition (the source partition of
-    the records they derive from), so they can be made outside faust's per-event context."""
-
-    def get(self, key: str) -> Any: ...
-
-    def put(self, partition: int, key: str, value: Any) -> None: ...
-
-    def delete(self, partition: int, key: str) -> None: ...
-
-    def items(self) -> Iterable[tuple[str, Any]]: ...
-
-
-class DictState:
-    """`ChangelogState` over a plain mapping (tests, tools): no changelog."""
-
-    def __init__(self, data: MutableMapping[str, Any]) -> None:
-        self.data = data
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def put(self, partition: int, key: str, value: Any) -> None:
-        self.data[key] = value
-
-    def delete(self, partition: int, key: str) -> None:
-        self.data.pop(key, None)
-
-    def items(self) -> Iterable[tuple[str, Any]]:
-        return list(self.data.items())
-
-
-class _Stored:
-    """A suggestion's state as written to the table: JSON `{"p": partition, "k": session_id,
-    "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it.
-    Keeping the records' own bytes makes a write cheap (no re-encoding of offers with code text
-    and context vectors); they are decoded again only after a restart or rebalance. Documents
-    of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
-    back in that layout, since their source records are unknown."""
-
-    __slots__ = ("events", "partition", "pending", "session")
-
-    def __init__(
-        self,
-        partition: int,
-        session: str,
-        pending: PendingSuggestion,
-        events: tuple[tuple[str, bytes], ...] | None,
-    ) -> None:
-        self.partition, self.session, self.pending, self.events = (
-            partition,
-            session,
-            pending,
-            events,
-        )
-
-    def to_json(self) -> str:
-        doc: dict[str, Any] = {"p": self.partition, "k": self.session}
-        if self.events is None:
-            doc["s"] = self.pending.to_json()
-        else:
-            doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
-        return json.dumps(doc, separators=(",", ":"))
-
-
-class Batch:
-    """Write-back view of the state for one batch of records: reads see the batch's own writes;
-    `flush` then writes each changed key once (one changelog record per key per batch instead
-    of one per event). Suggestion keys are flushed before the bookkeeping keys (offset markers,
-    watermarks), so a marker never covers state that was not written."""
-
-    def __init__(self, state: ChangelogState) -> None:
-        self._state = state
-        self._dirty: dict[str, tuple[int, Any]] = {}  # key -> (changelog partition, value|None)
-
-    def get(self, key: str) -> Any:
-        hit = self._dirty.get(key)
-        return self._state.get(key) if hit is None else hit[1]
-
-    def put(self, partition: int, key: str, value: Any) -> None:
-        self._dirty[key] = (partition, value)
-
-    def delete(self, partition: int, key: str) -> None:
-        self._dirty[key] = (partition, None)
-
-    def flush(self) -> None:
-        marks = []
-        for key, (partition, value) in self._dirty.items():
-            if key.startswith(MARK):
-                marks.append((key, partition, value))
-            else:
-                self._write(partition, key, value)
-        for key, partition, value in marks:
-            self._write(partition, key, value)
-        self._dirty.clear()
-
-    def _write(self, partition: int, key: str, value: Any) -> None:
-        if value is None:
-            self._state.delete(partition, key)
-        else:
-            self._state.put(
-                partition, key, value.to_json() if isinstance(value, _Stored) else value
-            )
-
-
 class RewardJoiner:
     """Joins the four telemetry topics per suggestion and emits one Reward per function."""
 
@@ -250,8 +147,11 @@ class RewardJoiner:
         self._clock = clock
         # Deadlines per partition, in memory only (missing: rebuild from the table).
         self._deadlines: dict[int, list[tuple[int, str]]] = {}
+        # Orphans (events of a suggestion whose offer has not come) per partition, by their
+        # earliest event time; built with the deadlines.
+        self._orphans: dict[int, list[tuple[int, str]]] = {}
         # Decoded PendingSuggestions of the stored JSON values (a cache: the table is the truth).
-        self._pending: dict[str, _Stored] = {}
+        self._pending: dict[str, StoredSuggestion] = {}
         self._event_types = {
             topic: EVENT_TYPES[schema] for topic, schema in TOPIC_VALUE_SCHEMAS.items()
         }
@@ -259,6 +159,7 @@ class RewardJoiner:
     def forget_deadlines(self) -> None:
         """Drop the in-memory indexes (after a rebalance the table may hold other state)."""
         self._deadlines.clear()
+        self._orphans.clear()
         self._pending.clear()
 
     async def on_event(self, rec: SourceRecord) -> None:
@@ -296,7 +197,7 @@ class RewardJoiner:
                 "invalid_value", str(exc), rec.origin(), rec.platform_topic
             )
         self._stats.dead_letters += 1
-        await self._out.dead_letter(self._out.dlq_joiner, letter)
+        await self._out.dead_letter(rec, self._out.dlq_joiner, letter)
         return None
 
     async def _fold(self, batch: Batch, rec: SourceRecord, event: Event) -> None:
@@ -318,7 +219,8 @@ class RewardJoiner:
             self._advanced[(rec.platform_topic, rec.partition)] = self._monotonic()
         attribution_ms = self._attribution_watermark(batch, rec.partition)
         if attribution_ms is not None:
-            await self._attribute_due(batch, rec.partition, attribution_ms)
+            await self._attribute_due(batch, rec, attribution_ms)
+        self._expire_orphans(batch, rec.partition)
 
     def _attribution_watermark(self, batch: Batch, partition: int) -> int | None:
         """The minimum of the partition's input watermarks, idle inputs left out."""
@@ -343,27 +245,27 @@ class RewardJoiner:
         )
         letter = late_dead_letter(reason, event.to_record(), rec.origin(), rec.platform_topic)
         self._stats.late += 1
-        await self._out.dead_letter(self._out.dlq_late, letter)
+        await self._out.dead_letter(rec, self._out.dlq_late, letter)
 
-    def _load(self, batch: Batch, sid: str) -> _Stored | None:
+    def _load(self, batch: Batch, sid: str) -> StoredSuggestion | None:
         """The stored suggestion; None when there is none."""
         raw = batch.get(sid)
         if raw is None:
             self._pending.pop(sid, None)
             return None
-        if isinstance(raw, _Stored):
+        if isinstance(raw, StoredSuggestion):
             return raw
         cached = self._pending.get(sid)
         if cached is None:
             cached = self._pending[sid] = self._parse(raw)
         return cached
 
-    def _parse(self, raw: str) -> _Stored:
-        """A stored JSON document (either layout, see `_Stored`) as a `_Stored`."""
+    def _parse(self, raw: str) -> StoredSuggestion:
+        """A stored JSON document (either layout) as a `StoredSuggestion`."""
         doc = json.loads(raw)
         if "s" in doc:
             pending = PendingSuggestion.from_json(doc["s"])
-            return _Stored(int(doc["p"]), str(doc["k"]), pending, None)
+            return StoredSuggestion(int(doc["p"]), str(doc["k"]), pending, None)
         events = tuple((str(t), base64.b64decode(v)) for t, v in doc["e"])
         folded: PendingSuggestion | None = None
         for topic, value in events:
@@ -371,7 +273,7 @@ class RewardJoiner:
             folded = add(folded, self._event_types[topic].from_record(record))
         if folded is None:
             raise RewardError(f"stored suggestion state {raw[:80]!r} holds no events")
-        return _Stored(int(doc["p"]), str(doc["k"]), folded, events)
+        return StoredSuggestion(int(doc["p"]), str(doc["k"]), folded, events)
 
     def _add(
         self, batch: Batch, rec: SourceRecord, session_id: str, ids: Sequence[str], event: Event
@@ -387,35 +289,46 @@ class RewardJoiner:
                 events: tuple[tuple[str, bytes], ...] | None = (source,)
             else:
                 events = None if stored.events is None else (*stored.events, source)
-            new = _Stored(rec.partition, session_id, pending, events)
+            new = StoredSuggestion(rec.partition, session_id, pending, events)
             self._pending[sid] = new
             batch.put(rec.partition, sid, new)
-            due = deadline_ms(pending, self._windows)
-            heap = self._deadlines.get(rec.partition)
-            if due is not None and heap is not None and due != _deadline(before, self._windows):
-                heapq.heappush(heap, (due, sid))
+            if rec.partition in self._deadlines:
+                self._index(rec.partition, sid, before, pending)
+
+    def _index(
+        self, partition: int, sid: str, before: PendingSuggestion | None, now: PendingSuggestion
+    ) -> None:
+        """Push the suggestion's new deadline, or an orphan's new earliest event time."""
+        due = deadline_ms(now, self._windows)
+        if due is not None:
+            if before is None or due != deadline_ms(before, self._windows):
+                heapq.heappush(self._deadlines[partition], (due, sid))
+            return
+        first = _first_event_ms(now)
+        if first is not None and (before is None or first != _first_event_ms(before)):
+            heapq.heappush(self._orphans[partition], (first, sid))
 
     def _heap(self, partition: int) -> list[tuple[int, str]]:
         """The partition's (deadline, suggestion_id) heap; built by one table scan when missing.
         Entries may be stale (attributed, or the deadline moved): they are checked when popped."""
         heap = self._deadlines.get(partition)
         if heap is None:
-            heap = []
+            heap, self._orphans[partition] = [], []
+            self._deadlines[partition] = heap
             for key, raw in list(self._state.items()):
                 if not str(key).startswith(MARK):
                     stored = self._pending.get(str(key)) or self._parse(raw)
                     self._pending[str(key)] = stored
-                    due = deadline_ms(stored.pending, self._windows)
-                    if stored.partition == partition and due is not None:
-                        heap.append((due, str(key)))
-            heapq.heapify(heap)
-            self._deadlines[partition] = heap
+                    if stored.partition == partition:
+                        self._index(partition, str(key), None, stored.pending)
         return heap
 
-    async def _attribute_due(self, batch: Batch, partition: int, watermark_ms: int) -> None:
+    async def _attribute_due(self, batch: Batch, rec: SourceRecord, watermark_ms: int) -> None:
         """Attribute and emit every suggestion of `partition` whose deadline is before
         watermark - allowed lateness (no event for it can still be on time), then drop it.
-        Suggestions without an offer have no deadline and wait."""
+        `rec`: the record that moved the watermark (its partition is the suggestions'; the
+        Rewards derive from it)."""
+        partition = rec.partition
         cutoff = watermark_ms - self._windows.allowed_lateness_ms
         heap = self._heap(partition)
         while heap and heap[0][0] < cutoff:
@@ -425,16 +338,36 @@ class RewardJoiner:
                 continue  # already attributed
             if deadline_ms(stored.pending, self._windows) != due:
                 continue  # an earlier offer moved the deadline: its own entry decides
-            await self._emit(stored.session, stored.pending)
+            await self._emit(rec, stored.session, stored.pending)
             batch.delete(partition, sid)
             self._pending.pop(sid, None)
 
-    async def _emit(self, session_id: str, pending: PendingSuggestion) -> None:
+    def _expire_orphans(self, batch: Batch, partition: int) -> None:
+        """Drop the orphans (a suggestion's outcome, edits or test runs, but no offer) whose
+        offer could no longer join them: an offer precedes its other events, so once the
+        earliest of them is late against the partition's *offers* watermark, so is the offer.
+        No Reward; counted in `stats.expired`. Orphans wait while offers do not move."""
+        value = batch.get(watermark_key("telemetry.suggestions", partition))
+        heap = self._orphans.get(partition)
+        while heap and value is not None and is_late(heap[0][0], int(value), self._windows):
+            first, sid = heapq.heappop(heap)
+            stored = self._load(batch, sid)
+            if stored is None or stored.pending.offered is not None:
+                continue  # attributed, or its offer came: the deadline heap has it
+            if _first_event_ms(stored.pending) != first:
+                continue  # an earlier event moved it: its own entry decides
+            self._stats.expired += 1
+            batch.delete(partition, sid)
+            self._pending.pop(sid, None)
+
+    async def _emit(self, rec: SourceRecord, session_id: str, pending: PendingSuggestion) -> None:
         attributed = rewards(
             attribute(pending, self._windows), self._functions, self._clock(), self._out.producer
         )
         for reward in attributed:
-            await self._out.emit(session_id.encode(), self._codec.encode("rewards", _rec(reward)))
+            await self._out.emit(
+                rec, session_id.encode(), self._codec.encode("rewards", _rec(reward))
+            )
             self._stats.rewards += 1
 
 
@@ -442,5 +375,7 @@ def _rec(reward: Reward) -> Mapping[str, Any]:
     return reward.to_record()
 
 
-def _deadline(pending: PendingSuggestion | None, windows: Windows) -> int | None:
-    return None if pending is None else deadline_ms(pending, windows)
+def _first_event_ms(pending: PendingSuggestion) -> int | None:
+    """The earliest event time (epoch ms) of a suggestion's outcome, edits and test runs."""
+    times = [e.event_time for e in (pending.outcome, *pending.edits, *pending.tests) if e]
+    return encode_time(min(times)) if times else None

@@ -19,7 +19,8 @@ from processors.joiner.dead_letters import (
     late_dead_letter,
     rejected_dead_letter,
 )
-from processors.joiner.joiner import MARK, Outputs, SourceRecord, State, now_utc, offset_key
+from processors.joiner.joiner import Outputs, SourceRecord, State, now_utc, offset_key
+from processors.joiner.state import MARK, ChangelogState, DictState
 from processors.joiner.stats import JoinerStats
 from processors.rewards.rollouts import GroupPolicy, group_advantages, group_complete
 from schemas.errors import SchemaError
@@ -37,14 +38,14 @@ class RolloutGrouper:
 
     def __init__(
         self,
-        state: State,
+        state: ChangelogState | State,
         codec: AvroCodec,
         policy: GroupPolicy,
         outputs: Outputs,
         stats: JoinerStats,
         clock: Callable[[], datetime] = now_utc,
     ) -> None:
-        self._state = state
+        self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._codec = codec
         self._policy = policy
         self._out = outputs
@@ -84,10 +85,10 @@ class RolloutGrouper:
             cause = exc.cause if isinstance(exc, DecodeError) else "invalid_value"
             letter = rejected_dead_letter(cause, str(exc), rec.origin(), rec.platform_topic)
             self._stats.dead_letters += 1
-            await self._out.dead_letter(self._out.dlq_joiner, letter)
+            await self._out.dead_letter(rec, self._out.dlq_joiner, letter)
         else:
             await self._fold(rec, result)
-        self._state[marker] = rec.offset
+        self._state.put(rec.partition, marker, rec.offset)
 
     async def _fold(self, rec: SourceRecord, result: RolloutResult) -> None:
         raw = self._state.get(result.group_id)
@@ -98,29 +99,32 @@ class RolloutGrouper:
             reason = f"rollout group {result.group_id} was already complete and emitted"
             letter = late_dead_letter(reason, result.to_record(), rec.origin(), rec.platform_topic)
             self._stats.late += 1
-            await self._out.dead_letter(self._out.dlq_late, letter)
+            await self._out.dead_letter(rec, self._out.dlq_late, letter)
             return
         if all(r["event_id"] != result.event_id for r in doc["r"]):
             open_groups = self._open_groups(rec.partition)  # built before this write
             doc["r"].append(result.to_record())
-            self._state[result.group_id] = json.dumps(doc)
+            self._state.put(rec.partition, result.group_id, json.dumps(doc))
             open_groups.add(result.group_id)
-        seen_ms = int(self._state.get(clock_key(rec.partition), 0))
+        seen_ms = int(self._state.get(clock_key(rec.partition)) or 0)
         now_ms = max(encode_time(result.event_time), seen_ms)
-        self._state[clock_key(rec.partition)] = now_ms
-        await self._emit_complete(rec.partition, now_ms)
+        self._state.put(rec.partition, clock_key(rec.partition), now_ms)
+        await self._emit_complete(rec, now_ms)
 
-    async def _emit_complete(self, partition: int, now_ms: int) -> None:
+    async def _emit_complete(self, rec: SourceRecord, now_ms: int) -> None:
+        partition = rec.partition
         open_groups = self._open_groups(partition)
         for group_id in sorted(open_groups):
-            doc = json.loads(self._state[group_id])
+            doc = json.loads(self._state.get(group_id))
             results = [RolloutResult.from_record(r) for r in doc["r"]]
             if not group_complete(results, self._policy, now_ms):
                 continue
             for reward in group_advantages(results, self._clock(), self._out.producer):
                 value = self._codec.encode("rewards", reward.to_record())
-                await self._out.emit(str(group_id).encode(), value)
+                await self._out.emit(rec, str(group_id).encode(), value)
                 self._stats.rewards += 1
             self._stats.groups += 1
-            self._state[str(group_id)] = json.dumps({"p": partition, "done": True, "r": []})
+            self._state.put(
+                partition, str(group_id), json.dumps({"p": partition, "done": True, "r": []})
+            )
             open_groups.discard(group_id)

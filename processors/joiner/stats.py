@@ -18,6 +18,7 @@ class JoinerStats:
     rewards: int = 0
     late: int = 0
     dead_letters: int = 0
+    expired: int = 0  # orphans (no offer) dropped from the state at their expiry
     groups: int = 0
     lag_by_partition: dict[str, int] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
@@ -45,5 +46,5 @@ class JoinerStats:
         return (
             f"process: {self.events:,} events ({rate:,.0f}/s), {self.rewards:,} rewards, "
             f"{self.groups:,} groups, {self.late:,} late, {self.dead_letters:,} dead letters, "
-            f"lag {self.lag:,}"
+            f"{self.expired:,} expired, lag {self.lag:,}"
         )

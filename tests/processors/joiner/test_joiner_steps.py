@@ -9,14 +9,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from processors.joiner.joiner import (
-    DictState,
-    Outputs,
-    RewardJoiner,
-    SourceRecord,
-    watermark_key,
-)
+from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, watermark_key
 from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.state import DictState
 from processors.joiner.stats import JoinerStats
 from processors.lake.dead_letters import DeadLetter
 from processors.rewards.attribution import PendingSuggestion, Windows, reward_id
@@ -68,10 +63,10 @@ class Harness:
         self.stats = JoinerStats()
         self.offsets: dict[tuple[str, int], int] = {}
 
-        async def emit(key: bytes, value: bytes) -> None:
+        async def emit(_source: SourceRecord, key: bytes, value: bytes) -> None:
             self.emitted.append((key, self.codec.decode("rewards", value)))
 
-        async def dead_letter(topic: str, letter: DeadLetter) -> None:
+        async def dead_letter(_source: SourceRecord, topic: str, letter: DeadLetter) -> None:
             self.letters.append((topic, letter))
 
         self.outputs = Outputs(emit, dead_letter, "dlq.late", "dlq.joiner", "tests/joiner")
@@ -286,3 +281,37 @@ def test_an_idle_input_stops_holding_back_attribution() -> None:
     for ms in range(4100, 4600, 100):
         h.feed(tick("s", ms))  # the clock moves 5 s per read: suggestions go idle
     assert len(h.emitted) == 1
+
+
+def test_an_orphan_expires_once_its_offer_would_be_late() -> None:
+    h = Harness()
+    offer = offered("s", event_time=at(900))  # it will come too late
+    orphan = offer.suggestion_id
+    h.feed(outcome(orphan, "s", Outcome.ACCEPTED, 1000), tick("s", 60_000))
+    assert orphan in h.state  # no offers seen on the partition: it waits, whatever the time
+    h.feed(offered("s", event_time=at(2000)))  # 1000 is not behind 2000 - 1000 lateness
+    assert orphan in h.state and h.stats.expired == 0
+    h.feed(offered("s", event_time=at(2001)))
+    assert orphan not in h.state and h.stats.expired == 1
+    assert h.letters == []
+    h.feed(offer)  # its offer precedes its outcome, so it is late now
+    assert [topic for topic, _ in h.letters] == ["dlq.late"]
+    assert reward_id(orphan, "tab@1") not in h.rewards()
+
+
+def test_an_orphan_whose_offer_arrives_is_attributed_not_expired() -> None:
+    h = Harness()
+    offer = offered("s", event_time=at(0))
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100))
+    h.feed(offer, tick("s", 5000))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+    assert h.stats.expired == 0
+
+
+def test_orphans_are_found_again_after_a_restart() -> None:
+    h = Harness()
+    offer = offered("s", event_time=at(900))
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 1000))
+    h.joiner = joiner_over(h.state, h)  # a new worker: indexes rebuilt from the table
+    h.feed(offered("s", event_time=at(2001)))
+    assert offer.suggestion_id not in h.state and h.stats.expired == 1

@@ -1,0 +1,8 @@
+"""Errors the joiner's faust adapter raises on purpose; each message names the fix."""
+
+from flywheel.errors import FlywheelError
+
+
+class JoinerError(FlywheelError):
+    """The worker cannot keep its guarantee (a lost transaction, a failed send): it stops, and a
+    restarted worker resumes from the last committed transaction."""

@@ -1,0 +1,130 @@
+"""The joiner's output records, handed to Kafka in the transaction of the source partition they
+derive from.
+
+Why not faust's `Topic.send_soon` / `Table.send_changelog`: those queue records in faust's
+producer buffer, which a background task drains one record at a time. Under exactly_once,
+faust's consumer commit (`Consumer._commit_offsets` -> `TransactionManager.commit`) sends the
+offsets to each partition's transaction and commits it *without flushing that buffer* (only the
+at_least_once branch calls `producer.flush()`), so records still queued at a commit go into the
+next transaction. A SIGKILL before that one commits aborts them while their source offsets are
+committed: Rewards and state writes are lost (tests/processors/joiner/test_joiner_crash.py; the
+crash bench saw missing and changed Rewards). Besides, faust picks a record's transaction by its
+*destination* partition and topic group, and `rewards` is not a source topic.
+
+`Outbox` therefore collects a batch's records per source partition, in the order they were
+made, and `send` appends them straight to that partition's transactional aiokafka producer
+(transactional id `<app id>-<topic group>-<partition>`, the one faust commits that partition's
+offsets with) while holding faust's lock for that transaction, so a commit falls between two
+batches' records of a partition, never inside one. The batch's source offsets are acked by
+faust only after the agent's loop body returns, so they are committed with (or after) the
+records. Under at_least_once the records go to faust's plain producer, which faust flushes
+before it commits offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from processors.joiner.errors import JoinerError
+
+Headers = Sequence[tuple[str, bytes]] | None
+# (destination topic, partition or None to partition by key, key, value or None for a
+# tombstone, headers)
+OutRecord = tuple[str, int | None, bytes | None, bytes | None, Headers]
+
+
+class Outbox:
+    """Output records of the current batch, per source (topic, partition)."""
+
+    def __init__(self, app: Any, *, exactly_once: bool) -> None:
+        """`app`: the faust App (its producer, consumer group id and assignor are read at send
+        time, after the worker started)."""
+        self._app = app
+        self._exactly_once = exactly_once
+        self._pending: dict[tuple[str, int], list[OutRecord]] = {}
+        self._failure: BaseException | None = None
+        # One send at a time: an agent whose records another agent's send took must not
+        # return (and let faust ack its source records) before they are appended.
+        self._sending = asyncio.Lock()
+
+    def add(
+        self,
+        source_topic: str,
+        partition: int,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = None,
+        *,
+        to_partition: int | None = None,
+    ) -> None:
+        """Queue a record derived from a record of `source_topic`/`partition` (no I/O), for
+        `topic`'s partition `to_partition` (None: by key, with the producer's partitioner)."""
+        self._pending.setdefault((source_topic, partition), []).append(
+            (topic, to_partition, key, value, headers)
+        )
+
+    def __len__(self) -> int:
+        return sum(len(records) for records in self._pending.values())
+
+    async def send(self) -> None:
+        """Hand every queued record to Kafka, in order per source partition (see the module
+        docstring for which transaction). Raises `JoinerError` when a partition has no open
+        transaction (another worker fenced this one) or an earlier record failed to send:
+        the worker must stop rather than commit offsets past records that were not written."""
+        if self._failure is not None:
+            raise JoinerError(
+                f"a joiner output record failed to send ({self._failure!r}); the worker stops "
+                "and a restarted one resumes from the last committed transaction"
+            ) from self._failure
+        # Shielded: a worker stopping (SIGTERM) cancels the agent, and a batch cut in the middle
+        # would commit its first records without its state (replayed later: duplicates).
+        await asyncio.shield(asyncio.ensure_future(self._send_pending()))
+
+    async def _send_pending(self) -> None:
+        async with self._sending:
+            pending, self._pending = self._pending, {}
+            for (source_topic, partition), records in pending.items():
+                if self._exactly_once:
+                    await self._send_transactional(source_topic, partition, records)
+                else:
+                    producer = self._app.producer
+                    for topic, to, key, value, headers in records:
+                        fut = await producer.send(topic, key, value, to, None, headers)
+                        fut.add_done_callback(self._check)
+
+    async def _send_transactional(
+        self, source_topic: str, partition: int, records: list[OutRecord]
+    ) -> None:
+        producer = self._app.producer  # faust's aiokafka Producer
+        group = self._app.assignor.group_for_topic(source_topic)
+        tid = f"{self._app.conf.id}-{group}-{partition}"
+        # faust keeps the transactional producers and their locks in these (private) maps;
+        # its commit takes the same lock around send_offsets_to_transaction + commit.
+        lock = producer._trn_locks.get(tid)
+        if lock is None:
+            raise JoinerError(
+                f"no Kafka transaction is open for {source_topic} partition {partition} "
+                f"(transactional id {tid}): the partition was revoked or this worker was "
+                "fenced; restart the worker"
+            )
+        async with lock:
+            txn = producer._transaction_producers.get(tid)
+            if txn is None:
+                raise JoinerError(
+                    f"the transactional producer {tid} was fenced by another worker owning "
+                    f"{source_topic} partition {partition}; restart this worker"
+                )
+            send = txn.send
+            check = self._check
+            for topic, to, key, value, headers in records:
+                fut = await send(
+                    topic, value, key=key, partition=to, headers=list(headers or ()) or None
+                )
+                fut.add_done_callback(check)
+
+    def _check(self, fut: asyncio.Future[Any]) -> None:
+        if not fut.cancelled() and fut.exception() is not None and self._failure is None:
+            self._failure = fut.exception()

@@ -1,0 +1,119 @@
+"""The joiner's state over a changelog-backed table: the `ChangelogState` protocol, the stored
+form of a pending suggestion and the per-batch write-back view (`Batch`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Protocol, runtime_checkable
+
+from processors.rewards.attribution import PendingSuggestion
+
+MARK = "\x00"  # prefix of bookkeeping keys; no session id starts with NUL
+
+
+@runtime_checkable
+class ChangelogState(Protocol):
+    """Table-like state whose writes name their changelog partition (the source partition of
+    the records they derive from), so they can be made outside faust's per-event context."""
+
+    def get(self, key: str) -> Any: ...
+
+    def put(self, partition: int, key: str, value: Any) -> None: ...
+
+    def delete(self, partition: int, key: str) -> None: ...
+
+    def items(self) -> Iterable[tuple[str, Any]]: ...
+
+
+class DictState:
+    """`ChangelogState` over a plain mapping (tests, tools): no changelog."""
+
+    def __init__(self, data: MutableMapping[str, Any]) -> None:
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self.data[key] = value
+
+    def delete(self, partition: int, key: str) -> None:
+        self.data.pop(key, None)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return list(self.data.items())
+
+
+class StoredSuggestion:
+    """A suggestion's state as written to the table: JSON `{"p": partition, "k": session_id,
+    "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it.
+    Keeping the records' own bytes makes a write cheap (no re-encoding of offers with code text
+    and context vectors); they are decoded again only after a restart or rebalance. Documents
+    of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
+    back in that layout, since their source records are unknown."""
+
+    __slots__ = ("events", "partition", "pending", "session")
+
+    def __init__(
+        self,
+        partition: int,
+        session: str,
+        pending: PendingSuggestion,
+        events: tuple[tuple[str, bytes], ...] | None,
+    ) -> None:
+        self.partition, self.session, self.pending, self.events = (
+            partition,
+            session,
+            pending,
+            events,
+        )
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = {"p": self.partition, "k": self.session}
+        if self.events is None:
+            doc["s"] = self.pending.to_json()
+        else:
+            doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
+        return json.dumps(doc, separators=(",", ":"))
+
+
+class Batch:
+    """Write-back view of the state for one batch of records: reads see the batch's own writes;
+    `flush` then writes each changed key once (one changelog record per key per batch instead
+    of one per event). Suggestion keys are flushed before the bookkeeping keys (offset markers,
+    watermarks), so a marker never covers state that was not written."""
+
+    def __init__(self, state: ChangelogState) -> None:
+        self._state = state
+        self._dirty: dict[str, tuple[int, Any]] = {}  # key -> (changelog partition, value|None)
+
+    def get(self, key: str) -> Any:
+        hit = self._dirty.get(key)
+        return self._state.get(key) if hit is None else hit[1]
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        self._dirty[key] = (partition, value)
+
+    def delete(self, partition: int, key: str) -> None:
+        self._dirty[key] = (partition, None)
+
+    def flush(self) -> None:
+        marks = []
+        for key, (partition, value) in self._dirty.items():
+            if key.startswith(MARK):
+                marks.append((key, partition, value))
+            else:
+                self._write(partition, key, value)
+        for key, partition, value in marks:
+            self._write(partition, key, value)
+        self._dirty.clear()
+
+    def _write(self, partition: int, key: str, value: Any) -> None:
+        if value is None:
+            self._state.delete(partition, key)
+        else:
+            self._state.put(
+                partition, key, value.to_json() if isinstance(value, StoredSuggestion) else value
+            )

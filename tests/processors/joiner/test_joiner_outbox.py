@@ -1,0 +1,83 @@
+"""`Outbox` without a broker: which transaction gets which records, in which order, and that
+faust's commit (which takes the same per-transaction lock) cannot fall inside a batch."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from processors.joiner.errors import JoinerError
+from processors.joiner.outbox import Outbox
+
+
+class FakeTransactionalProducer:
+    """Records what aiokafka's `send` was given; the returned future resolves at once."""
+
+    def __init__(self, log: list[tuple[str, Any]], tid: str) -> None:
+        self.log, self.tid = log, tid
+
+    async def send(self, topic: str, value: bytes | None, **kw: Any) -> asyncio.Future[None]:
+        await asyncio.sleep(0)  # yields, like aiokafka's send may (a full accumulator)
+        self.log.append((self.tid, (topic, kw["partition"], kw["key"], value)))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+
+def fake_app(log: list[tuple[str, Any]], partitions: range) -> Any:
+    tids = [f"app-0-{p}" for p in partitions]
+    producer = SimpleNamespace(
+        _trn_locks={t: asyncio.Lock() for t in tids},
+        _transaction_producers={t: FakeTransactionalProducer(log, t) for t in tids},
+    )
+    assignor = SimpleNamespace(group_for_topic=lambda _topic: 0)
+    return SimpleNamespace(producer=producer, assignor=assignor, conf=SimpleNamespace(id="app"))
+
+
+def test_outbox_sends_each_partitions_records_in_order_in_its_transaction() -> None:
+    log: list[tuple[str, Any]] = []
+    outbox = Outbox(fake_app(log, range(2)), exactly_once=True)
+    outbox.add("t", 1, "rewards", b"k1", b"r1")
+    outbox.add("t", 0, "rewards", b"k0", b"r0")
+    outbox.add("t", 1, "changelog", b"s", b"state", to_partition=1)
+    outbox.add("t", 1, "changelog", b"s", None, to_partition=1)  # a tombstone
+    asyncio.run(outbox.send())
+    assert [entry for entry in log if entry[0] == "app-0-1"] == [
+        ("app-0-1", ("rewards", None, b"k1", b"r1")),
+        ("app-0-1", ("changelog", 1, b"s", b"state")),
+        ("app-0-1", ("changelog", 1, b"s", None)),
+    ]
+    assert ("app-0-0", ("rewards", None, b"k0", b"r0")) in log
+    assert len(outbox) == 0
+
+
+def test_a_commit_waits_for_the_whole_batch_of_its_partition() -> None:
+    log: list[tuple[str, Any]] = []
+    app = fake_app(log, range(1))
+
+    async def commit() -> None:  # what faust's commit_transactions does per transaction
+        async with app.producer._trn_locks["app-0-0"]:
+            log.append(("app-0-0", "COMMIT"))
+
+    async def run() -> None:
+        outbox = Outbox(app, exactly_once=True)
+        for i in range(5):
+            outbox.add("t", 0, "rewards", b"k", str(i).encode())
+        sending = asyncio.ensure_future(outbox.send())
+        await asyncio.sleep(0)  # the send holds the lock and yields mid-batch
+        await asyncio.gather(commit(), sending)
+
+    asyncio.run(run())
+    assert log[-1] == ("app-0-0", "COMMIT")  # after all five, never between them
+
+
+def test_a_partition_without_a_transaction_stops_the_worker() -> None:
+    log: list[tuple[str, Any]] = []
+    outbox = Outbox(fake_app(log, range(1)), exactly_once=True)
+    outbox.add("t", 3, "rewards", b"k", b"v")  # partition 3 was revoked (or never assigned)
+    with pytest.raises(JoinerError, match="no Kafka transaction is open"):
+        asyncio.run(outbox.send())
+    assert log == []
