@@ -194,6 +194,7 @@ def process(
     from processors.rewards.attribution import Windows
     from processors.rewards.functions import reward_functions
     from processors.rewards.rollouts import GroupPolicy
+    from streams.security import faust_credentials
 
     settings = Settings.from_env()
     stats = JoinerStats()
@@ -226,6 +227,7 @@ def process(
             group_policy=policy,
             config=config,
             stats=stats,
+            broker_credentials=faust_credentials(settings.kafka_client_config()),
         )
         metrics = start_metrics_server(
             metrics_port, service_registry(JoinerCollector(stats)), metrics_host

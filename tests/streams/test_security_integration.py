@@ -41,6 +41,16 @@ from schemas.enums import Channel
 from streams.admin import TopicAdmin
 from streams.security import aiokafka_kwargs, faust_credentials
 from streams.topics import TopicSpec, topic
+from tests.processors.joiner.test_joiner_worker import (
+    Topics,
+    Worker,
+    produce,
+    read,
+    rewards_by_id,
+    session_events,
+    tick,
+    wait_started,
+)
 from tests.readback import read_events
 from tests.sample_events import offered
 from tests.streams.sasl_broker import ADMIN, SaslBroker, running_sasl_broker
@@ -261,3 +271,29 @@ def test_secrets_stay_out_of_settings_and_doctor(
     good = {**sasl.env(SVC, stack.registry_url), "FLYWHEEL_HOME": str(tmp_path)}
     [kafka] = run_checks(good, only=["kafka"], timeout_s=5)
     assert kafka.ok, kafka.detail
+
+
+def test_the_faust_joiner_works_over_sasl(
+    sasl: SaslBroker, stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The joiner (faust, aiokafka) end to end on the secured broker, its credentials from
+    FLYWHEEL_KAFKA_*. As the super user: its changelog topics and transactional ids need the
+    broad ACLs listed in docs/operations.md."""
+    env = {**sasl.env(ADMIN, stack.registry_url), "FLYWHEEL_HOME": str(tmp_path)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the worker subprocess inherits them
+    settings = Settings.from_env(env)
+    topics = Topics(f"sec-{uuid.uuid4().hex[:8]}")
+    TopicAdmin(settings.kafka_client_config()).ensure(topics.specs())
+    worker = Worker(settings, topics, f"sec-joiner-{uuid.uuid4().hex[:8]}", tmp_path / "joiner")
+    events, expected = session_events("s-sec")
+    try:
+        worker.start()
+        wait_started(worker)
+        produce(settings, topics, events)
+        time.sleep(2)  # the in-window events first (telemetry topics are read in parallel)
+        produce(settings, topics, [tick("s-sec")])
+        assert rewards_by_id(read(settings, topics.rewards, len(expected))) == expected
+    finally:
+        worker.stop()
+    assert sasl.passwords[ADMIN] not in worker.log.read_text(errors="replace")
