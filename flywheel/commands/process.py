@@ -217,7 +217,9 @@ def process(
             processing_guarantee=guarantee,
             session_timeout_s=session_timeout_s,
             idle_s=idle_s,
+            datadir=str(settings.home / "joiner" / "{conf.name}-data"),  # not in the cwd
         )
+        (settings.home / "joiner").mkdir(parents=True, exist_ok=True)
         app = build_app(
             app_id,
             settings.kafka_bootstrap,

@@ -55,6 +55,8 @@ class JoinerConfig:
     batch_within_s: float = 0.05  # a partial batch is processed after this long
     producer_linger_s: float = 0.005  # batches changelog and reward records into fewer requests
     idle_s: float = 2.0  # an input without progress this long stops holding back attribution
+    datadir: str = "{conf.name}-data"  # faust's local folder (`{conf.name}`: the app id); its
+    # parent must exist
 
 
 class TableState:
@@ -127,6 +129,7 @@ def build_app(
         app_id,
         broker=[f"kafka://{host.strip()}" for host in broker.split(",") if host.strip()],
         broker_credentials=broker_credentials,
+        datadir=config.datadir,
         store=config.store,
         topic_partitions=config.partitions,
         topic_replication_factor=1,
