@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from feature_store.declarations import load_features
 from feature_store.online import OnlineFeatureStore
@@ -32,26 +32,32 @@ Record = tuple[bytes | None, bytes | None, dict[str, bytes]]
 
 
 def _read(settings: Settings, topic: str) -> list[Record]:
-    """Every record of a one-partition topic from its start (after any deleted head)."""
+    """Every record of `topic` from its start (after any deleted head), all partitions to
+    their end."""
     consumer = Consumer(
         {**settings.kafka_client_config(), "group.id": f"reader-{uuid.uuid4().hex}",
-         "auto.offset.reset": "earliest", "enable.partition.eof": True}
+         "enable.auto.commit": False, "enable.partition.eof": True}
     )  # fmt: skip
-    consumer.subscribe([topic])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    at_end: set[int] = set()
     got: list[Record] = []
     deadline = time.monotonic() + 30
     try:
-        while time.monotonic() < deadline:
+        while len(at_end) < len(partitions) and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None:
                 continue
             if msg.error():
-                break  # end of partition
+                at_end.add(msg.partition() or 0)  # end of that partition
+                continue
+            at_end.discard(msg.partition() or 0)
             key, value = msg.key(), msg.value()
             assert not isinstance(key, str) and not isinstance(value, str)
             got.append((key, value, dict(msg.headers() or [])))  # type: ignore[arg-type]
     finally:
         consumer.close()
+    assert len(at_end) == len(partitions), f"{topic} was not read to its end in 30 s"
     return got
 
 
@@ -93,7 +99,10 @@ def test_an_erased_user_leaves_no_row_anywhere_and_others_keep_theirs(
         record = reward(T0_MS + k * MINUTE_MS, user=user, accepted=k % 3 == 0)
         producer.produce(rewards, codec.encode("rewards", record), sessions[user][k % 3].encode())
     for user, n in ((victim, 0), (other, 1)):
-        origin = [("flywheel.topic", b"telemetry.suggestions"), ("flywheel.cause", b"bad_magic")]
+        origin: list[tuple[str, str | bytes | None]] = [
+            ("flywheel.topic", b"telemetry.suggestions"),
+            ("flywheel.cause", b"bad_magic"),
+        ]
         producer.produce(dlq, b"\x07junk", sessions[user][0].encode(), headers=origin)
         body = codec.encode("rewards", reward(T0_MS, user=user))
         producer.produce(dlq, body, f"group-{n}".encode(), headers=[("flywheel.topic", b"rewards")])
