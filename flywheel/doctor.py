@@ -11,14 +11,15 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from flywheel.errors import FlywheelError
-from flywheel.settings import MASK, Settings, SettingsError, is_secret, public_url
+from flywheel.logs import SecretMask, secret_values
+from flywheel.settings import Settings, SettingsError, public_url
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema, subject_for
 from schemas.compatibility import can_read
 from schemas.errors import SchemaError
@@ -260,15 +261,7 @@ def run_checks(
 
 
 def _scrub(result: CheckResult, settings: Settings) -> CheckResult:
-    """Replace every secret value (Kafka passwords, the pseudonym key) that a message from a
-    client library might quote with the mask."""
-    secrets = [v for k, v in settings.kafka_config.items() if is_secret(k) and v]
-    if settings.pseudonym_key:
-        secrets.append(settings.pseudonym_key)
-    url_password = urlsplit(settings.registry_url).password
-    if url_password:
-        secrets.append(url_password)
-    detail, fix = result.detail, result.fix
-    for secret in secrets:
-        detail, fix = detail.replace(secret, MASK), fix.replace(secret, MASK)
-    return replace(result, detail=detail, fix=fix)
+    """Replace every secret value (Kafka passwords, the pseudonym key, a registry password)
+    that a message from a client library might quote with the mask: the logs' own mask."""
+    mask = SecretMask(secret_values(settings)).mask
+    return replace(result, detail=mask(result.detail), fix=mask(result.fix))
