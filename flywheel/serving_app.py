@@ -36,8 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from flywheel.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
 from flywheel.errors import FlywheelError
-from flywheel.http_metrics import RequestMetricsMiddleware
 from flywheel.metrics import ServingCollector, service_registry
 from schemas.enums import SuggestionTrigger
 from simulator.context import CONTEXT_DIM, CONTEXT_SPEC
@@ -307,14 +307,10 @@ def create_app(
 
 async def _read_json(request: Request, max_body_bytes: int) -> Any:
     """The decoded body; DecideRequestError 413 above ``max_body_bytes``, 400 for bad JSON."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_body_bytes:
-        raise DecideRequestError(f"body over {max_body_bytes} bytes; send smaller batches", 413)
-    raw = bytearray()
-    async for chunk in request.stream():  # counted while streaming, whatever the header said
-        raw += chunk
-        if len(raw) > max_body_bytes:
-            raise DecideRequestError(f"body over {max_body_bytes} bytes; send smaller batches", 413)
+    try:
+        raw = await read_body(request, max_body_bytes)
+    except BodyOverLimit as exc:
+        raise DecideRequestError(str(exc), 413) from None
     try:
         return json.loads(raw)
     except ValueError as exc:

@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from flywheel.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
 from flywheel.errors import FlywheelError
-from flywheel.http_metrics import RequestMetricsMiddleware
 from schemas.events import Event
 from streams.gateway.errors import (
     BodyTooLarge,
@@ -194,23 +194,15 @@ class _Gateway:
         return key
 
     async def _read_body(self, request: Request) -> bytes:
-        """The body, refused with BodyTooLarge as soon as it passes the limit: Content-Length is
-        checked first when sent, but the count while streaming is what holds (chunked bodies)."""
-        limit = self._max_body_bytes
-        too_large = f"the body exceeds the limit of {limit} bytes; send smaller batches"
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise BodyTooLarge(too_large)
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                self._metrics.body_bytes.observe(size)
-                raise BodyTooLarge(too_large)
-            chunks.append(chunk)
-        self._metrics.body_bytes.observe(size)
-        return b"".join(chunks)
+        """The body (`flywheel.asgi.read_body`), its size observed; BodyTooLarge over the limit."""
+        try:
+            body = await read_body(request, self._max_body_bytes)
+        except BodyOverLimit as exc:
+            if exc.size is not None:
+                self._metrics.body_bytes.observe(exc.size)
+            raise BodyTooLarge(str(exc)) from None
+        self._metrics.body_bytes.observe(len(body))
+        return body
 
     def _ingest(self, body: bytes, media_type: MediaType, key: KeyRecord) -> list[EventResult]:
         """Each event's result; RequestRefused when the body as a whole is refused."""

@@ -1,11 +1,12 @@
-"""Counting every HTTP request of an ASGI app by route and final status: one middleware for the
-gateway and the serving replica."""
+"""ASGI pieces the HTTP services share (the gateway, the serving replica): a middleware counting
+every request by route and final status, and reading a body under a size limit."""
 
 from __future__ import annotations
 
 import time
 from typing import Protocol
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -42,3 +43,28 @@ class RequestMetricsMiddleware:
         finally:
             path = str(scope.get("path", ""))
             self.metrics.record_request(path, status, time.perf_counter() - started)
+
+
+class BodyOverLimit(Exception):
+    """A request body over the limit; ``size`` is what was read when it passed the limit
+    (None when the Content-Length header alone said so). The caller answers 413."""
+
+    def __init__(self, limit: int, size: int | None) -> None:
+        super().__init__(f"the body exceeds the limit of {limit} bytes; send smaller batches")
+        self.size = size
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with BodyOverLimit as soon as it passes ``limit`` bytes: Content-Length
+    is checked first when sent, but the count while streaming is what holds (chunked bodies)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyOverLimit(limit, None)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyOverLimit(limit, size)
+        chunks.append(chunk)
+    return b"".join(chunks)
