@@ -19,7 +19,6 @@ from flywheel.console import err, out
 from flywheel.listen import listen, run_server
 from flywheel.metrics import metrics_options, start_metrics_server
 from flywheel.settings import Settings
-from flywheel.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from flywheel.serving_app import ServingMetrics
@@ -169,9 +168,7 @@ def serve(
     replica_id = replica_id or default_replica_id()
     sock = listen(host, port)  # before the Kafka clients: a busy port fails fast and clearly
     replica = build_replica(settings, model, replica_id)
-    # uvicorn re-raises the Ctrl-C or SIGTERM it handled once it has shut down; without a
-    # handler of ours a re-raised SIGTERM kills the process before the replica is closed.
-    stop = stop_on_signals()
+    stop = threading.Event()  # set once the server has stopped (run_server handles signals)
     caught_up = threading.Event()
     app = create_app(replica, ready=caught_up.is_set, max_batch=max_batch)
     metrics: ServingMetrics = app.state.metrics
