@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import pipeline_sink
+from bench.procfs import cpu_seconds
 from bench.produce import make_events
 from bench.raw_producer import produce_all
 from flywheel.clients import codec as make_codec
@@ -250,8 +251,7 @@ class Proc:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the process so far (Linux /proc)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def kill(self) -> None:
         self.proc.kill()

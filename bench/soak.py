@@ -42,7 +42,7 @@ from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
-from bench.soak_proc import process_children, tree_usage
+from bench.procfs import process_children, tree_usage
 from bench.soak_report import Sample, plot, print_summary, summarize, write_results
 from bench.soak_stats import Phase, SoakError, phase_at, schedule
 from flywheel.demo.loop import JOINER_GROUP, JOINER_LATENESS_S, SINK_GROUP
