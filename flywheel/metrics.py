@@ -27,6 +27,7 @@ flywheel_learner_decisions_total                counter  service, model, decisio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -138,6 +139,19 @@ def start_metrics_server(
     metrics = MetricsServer(host, int(server.server_address[1]), server, thread)
     log.info("metrics on %s", metrics.url)
     return metrics
+
+
+@contextlib.contextmanager
+def metrics_endpoint(
+    port: int, host: str, registry: CollectorRegistry
+) -> Iterator[MetricsServer | None]:
+    """:func:`start_metrics_server` for the duration of a ``with`` block (stopped after it)."""
+    server = start_metrics_server(port, registry, host)
+    try:
+        yield server
+    finally:
+        if server is not None:
+            server.close()
 
 
 # Collectors --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,9 @@ from flywheel.logs import ensure_logging
 from flywheel.metrics import (
     FeatureProcessorCollector,
     MetricsServer,
+    metrics_endpoint,
     metrics_options,
     service_registry,
-    start_metrics_server,
 )
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
@@ -123,22 +124,18 @@ def run(once: bool, **options: Any) -> None:
     status line every --status-every-s and stops on Ctrl-C or, with --once, when caught up.
     """
     processor = _processor(**options)
-    metrics = _serve_metrics(processor, options)
     stop = stop_on_signals()
     out.print(
         f"[green]features[/] reading {', '.join(processor_topics(processor))}; updates to "
         f"{options['updates_topic']}{' (once)' if once else '; Ctrl-C to stop'}"
     )
-    try:
+    with _metrics(processor, options):
         status = processor.run(
             stop.is_set,
             lambda s: err.print(s.line()),
             until_caught_up=once,
             progress_every_s=options["status_every_s"],
         )
-    finally:
-        if metrics is not None:
-            metrics.close()
     out.print(f"features stopped: {status.records:,} records, {status.updates:,} updates")
 
 
@@ -156,7 +153,6 @@ def serve(host: str, port: int, **options: Any) -> None:
 
     processor = _processor(**options)
     sock = listen(host, port)
-    metrics = _serve_metrics(processor, options)
     stop = threading.Event()
     worker = threading.Thread(
         target=processor.run,
@@ -165,19 +161,18 @@ def serve(host: str, port: int, **options: Any) -> None:
         name="feature-processor",
         daemon=True,
     )
-    worker.start()
     app = create_app(processor.store, ready=lambda: processor.status.caught_up)
-    out.print(
-        f"[green]features[/] on http://{host}:{port} (GET /features/<type>/<id>, POST "
-        f"/features/<type>, GET /healthz), reading {', '.join(processor_topics(processor))}"
-    )
-    try:
-        run_server(app, sock)
-    finally:
-        stop.set()
-        worker.join(timeout=30)
-        if metrics is not None:
-            metrics.close()
+    with _metrics(processor, options):  # a busy metrics port fails before the worker starts
+        worker.start()
+        out.print(
+            f"[green]features[/] on http://{host}:{port} (GET /features/<type>/<id>, POST "
+            f"/features/<type>, GET /healthz), reading {', '.join(processor_topics(processor))}"
+        )
+        try:
+            run_server(app, sock)
+        finally:
+            stop.set()
+            worker.join(timeout=30)
 
 
 @features.command()
@@ -326,12 +321,12 @@ def _processor(
         raise click.ClickException(str(exc)) from exc
 
 
-def _serve_metrics(processor: Any, options: dict[str, Any]) -> MetricsServer | None:
+def _metrics(
+    processor: Any, options: dict[str, Any]
+) -> AbstractContextManager[MetricsServer | None]:
+    """The processor's metrics endpoint (``--metrics-port``) for a ``with`` block."""
     registry = service_registry(FeatureProcessorCollector(lambda: processor.status))
-    try:
-        return start_metrics_server(options["metrics_port"], registry, options["metrics_host"])
-    except FlywheelError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return metrics_endpoint(options["metrics_port"], options["metrics_host"], registry)
 
 
 def processor_topics(processor: Any) -> list[str]:

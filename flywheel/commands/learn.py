@@ -11,9 +11,9 @@ from flywheel.clients import codec
 from flywheel.console import err
 from flywheel.metrics import (
     LearnerCollector,
+    metrics_endpoint,
     metrics_options,
     service_registry,
-    start_metrics_server,
 )
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
@@ -107,10 +107,6 @@ def learn(
     if config.features:
         _log(f"policy input: context + features {', '.join(config.features)} (point in time)")
     registry = service_registry(LearnerCollector(learner.stats, model_name))
-    metrics = start_metrics_server(metrics_port, registry, metrics_host)
-    try:
+    with metrics_endpoint(metrics_port, metrics_host, registry):
         results = learner.run(stop, max_versions)
-    finally:
-        if metrics is not None:
-            metrics.close()
     _log(f"stopped after {len(results)} version(s) this run")

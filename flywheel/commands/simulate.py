@@ -14,9 +14,9 @@ from flywheel.clients import telemetry_client
 from flywheel.console import err, out
 from flywheel.metrics import (
     SimulatorCollector,
+    metrics_endpoint,
     metrics_options,
     service_registry,
-    start_metrics_server,
 )
 from flywheel.settings import Settings
 from simulator import (
@@ -116,17 +116,13 @@ def simulate(
 
     with telemetry_client(settings, name="simulator") as client, err.status("simulating") as status:
         collector = SimulatorCollector(lambda: last[0] if last else None, lambda: client.stats)
-        metrics = start_metrics_server(metrics_port, service_registry(collector), metrics_host)
-        try:
+        with metrics_endpoint(metrics_port, metrics_host, service_registry(collector)):
             report = run_fleet(
                 fleet, client, n_requests=n_requests, duration_s=duration_s,
                 rate_per_s=rate_per_s, progress=progress,
             )  # fmt: skip
             status.update("flushing")
             client.flush(60)
-        finally:
-            if metrics is not None:
-                metrics.close()
     out.print(_status(report))
     out.print(f"by type: {yaml.safe_dump(dict(report.events_by_type), sort_keys=True).strip()}")
     out.print(

@@ -10,7 +10,7 @@ import click
 from flywheel.console import err, out
 from flywheel.errors import FlywheelError
 from flywheel.logs import ensure_logging
-from flywheel.metrics import SinkCollector, metrics_options, service_registry, start_metrics_server
+from flywheel.metrics import SinkCollector, metrics_endpoint, metrics_options, service_registry
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
@@ -146,22 +146,18 @@ def sink(
             instance_id=instance_id or f"{socket.gethostname()}-lake-sink",
         )
         registry = service_registry(SinkCollector(lambda: lake_sink.status))
-        metrics = start_metrics_server(metrics_port, registry, metrics_host)
-        stop = stop_on_signals()
-        out.print(
-            f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead letters "
-            f"to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
-        )
-        try:
+        with metrics_endpoint(metrics_port, metrics_host, registry):
+            stop = stop_on_signals()
+            out.print(
+                f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead "
+                f"letters to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
+            )
             status = lake_sink.run(
                 stop,
                 lambda s: err.print(s.line()),
                 until_caught_up=once,
                 progress_every_s=status_every_s,
             )
-        finally:
-            if metrics is not None:
-                metrics.close()
     except FlywheelError as exc:  # also when run as `python -m processors.lake`, outside the CLI
         raise click.ClickException(str(exc)) from exc
     out.print(
