@@ -3,7 +3,8 @@
 Every service command takes ``--metrics-port`` (0, the default, turns metrics off;
 FLYWHEEL_METRICS_PORT gives the default) and ``--metrics-host`` (FLYWHEEL_METRICS_HOST, default
 0.0.0.0) through :func:`metrics_options`, builds a registry with :func:`service_registry` and
-calls :func:`start_metrics_server`, which serves ``GET /metrics`` from a daemon thread.
+serves it on ``GET /metrics`` from a daemon thread while it runs (:func:`metrics_endpoint`, a
+``with`` block around :func:`start_metrics_server`).
 
 Collectors read the stats objects the services already keep for their status lines, at scrape
 time: a metric costs nothing per event. Their figures are as fresh as those objects (the lake
