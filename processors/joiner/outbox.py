@@ -11,14 +11,17 @@ committed: Rewards and state writes are lost (tests/processors/joiner/test_joine
 crash bench saw missing and changed Rewards). Besides, faust picks a record's transaction by its
 *destination* partition and topic group, and `rewards` is not a source topic.
 
-`Outbox` therefore collects a batch's records per source partition, in the order they were
-made, and `send` appends them straight to that partition's transactional aiokafka producer
+`Outbox` therefore collects a batch's records per source partition, in the order they were made,
+and `send` appends them straight to that partition's transactional aiokafka producer
 (transactional id `<app id>-<topic group>-<partition>`, the one faust commits that partition's
 offsets with) while holding faust's lock for that transaction, so a commit falls between two
-batches' records of a partition, never inside one. The batch's source offsets are acked by
-faust only after the agent's loop body returns, so they are committed with (or after) the
-records. Under at_least_once the records go to faust's plain producer, which faust flushes
-before it commits offsets.
+batches' records of a partition, never inside one. The four telemetry topics form one topic
+group, so partition n of each is one transaction: their records go in under a single hold of the
+lock (a commit between them once kept a batch's state write, which dropped an attributed
+suggestion, and lost the Rewards queued under another topic of that partition). The batch's
+source offsets are acked by faust only after the agent's loop body returns, so they are
+committed with (or after) the records. Under at_least_once the records go to faust's plain
+producer, which faust flushes before it commits offsets.
 """
 
 from __future__ import annotations
@@ -86,21 +89,35 @@ class Outbox:
     async def _send_pending(self) -> None:
         async with self._sending:
             pending, self._pending = self._pending, {}
-            for (source_topic, partition), records in pending.items():
-                if self._exactly_once:
-                    await self._send_transactional(source_topic, partition, records)
-                else:
-                    producer = self._app.producer
+            if not self._exactly_once:
+                producer = self._app.producer
+                for records in pending.values():
                     for topic, to, key, value, headers in records:
                         fut = await producer.send(topic, key, value, to, None, headers)
                         fut.add_done_callback(self._check)
+                return
+            # Source topics of one topic group share a partition's transaction: their records
+            # go in under one hold of its lock, or a commit could fall between (say) the state
+            # write that drops an attributed suggestion and the Rewards derived from an outcome.
+            by_transaction: dict[str, tuple[str, int, list[OutRecord]]] = {}
+            for (source_topic, partition), records in pending.items():
+                tid = self._transactional_id(source_topic, partition)
+                if tid in by_transaction:
+                    by_transaction[tid][2].extend(records)
+                else:
+                    by_transaction[tid] = (source_topic, partition, records)
+            for tid, (source_topic, partition, records) in by_transaction.items():
+                await self._send_transactional(tid, source_topic, partition, records)
+
+    def _transactional_id(self, source_topic: str, partition: int) -> str:
+        """faust's transactional id for a source partition: `<app id>-<topic group>-<n>`."""
+        group = self._app.assignor.group_for_topic(source_topic)
+        return f"{self._app.conf.id}-{group}-{partition}"
 
     async def _send_transactional(
-        self, source_topic: str, partition: int, records: list[OutRecord]
+        self, tid: str, source_topic: str, partition: int, records: list[OutRecord]
     ) -> None:
         producer = self._app.producer  # faust's aiokafka Producer
-        group = self._app.assignor.group_for_topic(source_topic)
-        tid = f"{self._app.conf.id}-{group}-{partition}"
         # faust keeps the transactional producers and their locks in these (private) maps;
         # its commit takes the same lock around send_offsets_to_transaction + commit.
         lock = producer._trn_locks.get(tid)

@@ -81,3 +81,30 @@ def test_a_partition_without_a_transaction_stops_the_worker() -> None:
     with pytest.raises(JoinerError, match="no Kafka transaction is open"):
         asyncio.run(outbox.send())
     assert log == []
+
+
+def test_a_commit_never_splits_a_batch_across_the_topics_of_one_transaction() -> None:
+    """The four telemetry topics share a topic group, so partition 0 of each is one transaction:
+    a batch's Rewards derived from an outcome and the state write that drops the attributed
+    suggestion (queued under the first topic) must be committed together, or a crash between
+    two commits keeps the state change and loses the Rewards."""
+    log: list[tuple[str, Any]] = []
+    app = fake_app(log, range(1))
+
+    async def committer() -> None:  # faust commits every partition's transaction often
+        for _ in range(20):
+            async with app.producer._trn_locks["app-0-0"]:
+                log.append(("app-0-0", "COMMIT"))
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        outbox = Outbox(app, exactly_once=True)
+        outbox.add("telemetry.suggestions", 0, "rewards", b"k", b"r-from-offer")
+        outbox.add("telemetry.outcomes", 0, "rewards", b"k", b"r-from-outcome")
+        outbox.add("telemetry.suggestions", 0, "changelog", b"s", None, to_partition=0)
+        await asyncio.gather(outbox.send(), committer())
+
+    asyncio.run(run())
+    sent = [i for i, entry in enumerate(log) if entry[1] != "COMMIT"]
+    assert len(sent) == 3
+    assert "COMMIT" not in [entry[1] for entry in log[sent[0] : sent[-1]]], log
