@@ -3,9 +3,12 @@
 (a) Joiner: the first `--events` events of the default simulator fleet (offers with code text,
 outcomes, edits, test runs, rollouts) go to this run's own copies of the platform topics; the
 baseline consumes the *same records* with confluent-kafka and Avro-decodes them (no state, no
-output); then `python -m processors.joiner` (exactly-once, lateness 3600 s like the demo) drains
+output); then `python -m processors.joiner` (exactly-once; 10 days of allowed lateness, so
+nothing is attributed while the input flows and the final ticks attribute everything) drains
 them. The joiner's rate is counted from its first processed event to its last (startup and group
 join excluded, read from its 0.2 s status lines); per core = events / CPU seconds of the worker.
+The faust floor: `bench/faust_floor.py`, a no-op faust agent configured as the joiner, drains
+the same records; its events per CPU-second bound what any faust-based joiner can reach.
 (b) Sink rows/s vs decode + pyarrow write, and (c) event time -> visible-in-lake latency:
 `bench/pipeline_sink.py`'s measurements, imported (they print their own tables).
 (d) `--crash`: the joiner and a lake sink (both subprocesses) run on the input while it is
@@ -293,6 +296,24 @@ def joiner_rate(
     return done / max(worker.last_at - first_at, 1e-9), done / max(cpu, 1e-9)
 
 
+def floor_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Path) -> float:
+    """Events per CPU-second of `bench/faust_floor.py` (a no-op faust agent) draining the same
+    `n` records (its first status line with events excluded, as for the joiner)."""
+    worker = Proc(
+        "bench.faust_floor",
+        ["--app-id", app_id, "--broker", settings.kafka_bootstrap, "--datadir",
+         str(log.with_suffix(".data")), *topics.sources()],
+        log,
+    )  # fmt: skip
+    while worker.events < n:
+        if worker.proc.poll() is not None:
+            raise RuntimeError(f"the faust floor exited early; see {log}")
+        time.sleep(0.05)
+    cpu = worker.cpu_s() - worker.first_cpu_s
+    worker.stop()
+    return (worker.events - worker.first_events) / max(cpu, 1e-9)
+
+
 def read_rewards(settings: Settings, codec: AvroCodec, topic: str) -> tuple[dict[str, float], int]:
     """reward_id -> reward of every committed Reward in `topic` (read until 5 s of silence),
     and the number of committed records read: more than the ids means one was committed twice."""
@@ -476,6 +497,10 @@ def main() -> None:
     figures.add_row("(a) joiner events/s (1 worker)", f"{rate:,.0f}")
     figures.add_row("(a) joiner / baseline", f"{rate / base:.3f}x")
     figures.add_row("(a) joiner events per CPU-second", f"{per_cpu:,.0f}")
+    print("the faust floor: a no-op agent on the same records (bench/faust_floor.py)", flush=True)
+    floor = floor_rate(settings, topics, len(data), f"{topics.prefix}.floor", log_dir / "floor.log")
+    figures.add_row("(a) faust no-op agent events per CPU-second", f"{floor:,.0f}")
+    figures.add_row("(a) joiner / faust no-op agent (per CPU-second)", f"{per_cpu / floor:.3f}x")
     if args.sink_rounds > 0:
         print("(b) sink vs decode + pyarrow (bench/pipeline_sink.py)", flush=True)
         pipeline_sink.throughput(settings, codec, args.events, args.sink_rounds, console)
