@@ -57,7 +57,10 @@ def test_joiner_killed_at_a_commit_loses_and_duplicates_nothing(
             assert code == 0, log[-3000:]  # stopped cleanly: flushed, committed
         worker.cmd = plain
         worker.start()
-        got = read(stack, topics.rewards, len(expected) + 1, timeout_s=60)
+        # Every Reward, however slow the restart (recovery alone takes 10 s or more), then one
+        # more read from the start that waits a while for a Reward committed twice.
+        read(stack, topics.rewards, len(expected), timeout_s=180)
+        got = read(stack, topics.rewards, len(expected) + 1, timeout_s=15)
     finally:
         worker.stop()
     ids = [str(r["reward_id"]) for r, _ in got if isinstance(r, dict)]
