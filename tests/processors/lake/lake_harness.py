@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
+from analytics.topic_views import parquet_sql
 from flywheel.settings import Settings
 from processors.lake.layout import range_problems, scan_topic
 
@@ -97,11 +98,9 @@ def _headers(msg: Message) -> dict[str, str]:
 def lake_rows(
     lake: Path, topic: str, columns: str = "event_id, _partition, _offset"
 ) -> list[tuple[object, ...]]:
-    """Rows of a topic in the lake, read the way analysts do (DuckDB, hive partitioning)."""
-    pattern = lake / topic / "**" / "*.parquet"
-    relation = duckdb.sql(
-        f"select {columns} from read_parquet('{pattern}', hive_partitioning=true)"
-    )
+    """Rows of a topic in the lake, read the way analysts do (the catalog's view SQL: hive
+    partitions typed, since DuckDB reads `hour=00`..`09` as text when it infers)."""
+    relation = duckdb.sql(f"select {columns} from ({parquet_sql(lake.resolve(), topic)})")
     assert relation is not None  # a select always has a result
     return relation.fetchall()
 
