@@ -5,7 +5,7 @@ is (exactly_once, raw bytes, batches of 2,000 within 50 ms), that only counts th
 the most any faust-based joiner could reach on this machine (faust's per-record path: fetch,
 conductor, stream queue, event, ack, transactions), so the joiner's rate reads against it too.
 
-    python -m bench.faust_floor --app-id ID --broker HOST:PORT TOPIC [TOPIC ...]
+    python -m bench.faust_floor --app-id ID --broker HOST:PORT --datadir DIR TOPIC [TOPIC ...]
 
 Prints `process: N events` to stderr every 0.2 s, as the joiner's status line does.
 """
@@ -24,13 +24,16 @@ def main() -> None:
     parser.add_argument("--app-id", required=True)
     parser.add_argument("--broker", required=True)
     parser.add_argument("--datadir", required=True, help="faust's local folder")
+    parser.add_argument(
+        "--guarantee", default="exactly_once", choices=("exactly_once", "at_least_once")
+    )
     parser.add_argument("topics", nargs="+")
     args = parser.parse_args()
     app = faust.App(
         args.app_id,
         broker=f"kafka://{args.broker}",
         datadir=args.datadir,
-        processing_guarantee="exactly_once",
+        processing_guarantee=args.guarantee,
         web_enabled=False,
         topic_replication_factor=1,
         producer_linger=0.005,
