@@ -13,13 +13,15 @@ the same records; its events per CPU-second bound what any faust-based joiner ca
 `bench/pipeline_sink.py`'s measurements, imported (they print their own tables).
 (d) `--crash`: the joiner and a lake sink (both subprocesses) run on the input while it is
 being produced and are SIGKILLed `--kills` times at random moments (the joiner 0.5-4 s after a
-(re)started worker applied its first event), restarted each time; then
+(re)started worker applied its first event), restarted each time; `--workers N` runs N joiner
+workers in one group (rebalances, standby tables) and kills one of them at random; then
 the lake must hold every produced event_id exactly once per topic with contiguous, non
 overlapping file offset ranges per partition, and the Rewards (reward_id -> value) must equal a
 crash-free joiner run's on the same input, each committed once (read_committed).
 
     .venv/bin/python -m bench.pipeline --events 100000
     .venv/bin/python -m bench.pipeline --events 100000 --crash --kills 4
+    .venv/bin/python -m bench.pipeline --events 100000 --crash --kills 6 --workers 2
 """
 
 from __future__ import annotations
@@ -381,10 +383,11 @@ def crash_run(
     kills: int,
     rate: int,
     log_dir: Path,
+    workers: int = 1,
 ) -> tuple[dict[str, float], int, list[str], int]:
-    """Joiner + sink on a fresh copy of the topics while `data` is produced, each SIGKILLed
-    `kills` times at random moments and restarted. (rewards, Reward records committed, lake
-    problems, kills done)."""
+    """Joiner (`workers` workers in one group) + sink on a fresh copy of the topics while `data`
+    is produced, SIGKILLed `kills` times in turn (a random joiner worker, then the sink) at
+    random moments and restarted. (rewards, Reward records committed, lake problems, kills)."""
     topics = Topics()
     topics.create(settings)
     lake = log_dir / "lake"
@@ -393,15 +396,19 @@ def crash_run(
     sink_args = topics.sink_args(lake, f"{topics.prefix}.sink")
     filler = threading.Thread(target=fill_paced, args=(settings, topics, data, rate))
     filler.start()
-    procs = {
-        "joiner": Proc("processors.joiner", joiner_args, log_dir / "crash-joiner.log"),
-        "sink": Proc("processors.lake", sink_args, log_dir / "crash-sink.log"),
-    }
+
+    def start(name: str) -> Proc:
+        if name == "sink":
+            return Proc("processors.lake", sink_args, log_dir / "crash-sink.log")
+        return Proc("processors.joiner", joiner_args, log_dir / f"crash-{name}.log")
+
+    joiners = ["joiner"] if workers == 1 else [f"joiner-{i}" for i in range(workers)]
+    procs = {name: start(name) for name in (*joiners, "sink")}
     rng = random.Random()
     done = 0
     for k in range(kills):
-        name = ("joiner", "sink")[k % 2]  # alternate, at random moments
-        if name == "joiner":
+        name = rng.choice(joiners) if k % 2 == 0 else "sink"  # alternate, at random moments
+        if name != "sink":
             # A worker still starting up (group join, recovery: ~10 s) has nothing to lose:
             # kill it 0.5-4 s after it has applied its first event (or 60 s, whichever first).
             started = time.monotonic()
@@ -413,11 +420,9 @@ def crash_run(
         procs[name].proc.send_signal(signal.SIGKILL)
         procs[name].proc.wait()
         done += 1
-        applied = f" after {procs[name].events:,} events" if name == "joiner" else ""
+        applied = f" after {procs[name].events:,} events" if name != "sink" else ""
         print(f"crash {k + 1}/{kills}: SIGKILLed the {name}{applied}; restarting it", flush=True)
-        module = "processors.joiner" if name == "joiner" else "processors.lake"
-        args = joiner_args if name == "joiner" else sink_args
-        procs[name] = Proc(module, args, log_dir / f"crash-{name}.log")
+        procs[name] = start(name)
     filler.join()
     tick_ids: list[str] = []
     for ticks in (False, True):
@@ -428,7 +433,8 @@ def crash_run(
         while not caught_up(settings, app_id, topics):
             time.sleep(2)
         print(f"the joiner caught up{' with the ticks' if ticks else ''}", flush=True)
-    procs["joiner"].stop()
+    for name in joiners:
+        procs[name].stop()
     rewards, records = read_rewards(settings, codec, topics.rewards)
     while not caught_up(settings, f"{topics.prefix}.sink", topics):
         time.sleep(2)  # the sink's last files (max-age 2 s) and commits
@@ -455,6 +461,9 @@ def main() -> None:
     parser.add_argument("--crash", action="store_true", help="(d) only: the crash check")
     parser.add_argument("--kills", type=int, default=4)
     parser.add_argument("--rate", type=int, default=4000, help="--crash: events/s produced")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="--crash: joiner workers in one group"
+    )
     args = parser.parse_args()
     console = Console()
     settings = Settings.from_env()
@@ -470,7 +479,7 @@ def main() -> None:
         clean = crash_free_rewards(settings, codec, data, log_dir)
         print(f"{len(clean):,} rewards; now the crash run", flush=True)
         crashed, records, problems, kills = crash_run(
-            settings, codec, data, args.kills, args.rate, log_dir
+            settings, codec, data, args.kills, args.rate, log_dir, args.workers
         )
         for problem in problems:
             console.print(f"[red]lake: {problem}")

@@ -21,6 +21,7 @@ from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
 from processors.joiner.outbox import Outbox
 from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.stats import JoinerStats
+from processors.joiner.transport import use_broker_highwaters
 from processors.lake.dead_letters import DeadLetter
 from processors.rewards.attribution import Windows
 from processors.rewards.functions import RewardFunction
@@ -140,6 +141,7 @@ def build_app(
         producer_linger=config.producer_linger_s,
         producer_max_batch_size=1 << 20,  # offers with code text: ~1-2 KiB per state record
     )
+    use_broker_highwaters(app)  # table recovery must know every changelog's end: transport.py
     raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 
     # Outputs are queued per source partition and sent after each batch (or event) in that

@@ -1,0 +1,90 @@
+"""Two joiner workers in one group: a worker that joins takes over partitions whose state only
+their changelog holds (it never fetched them), and the Rewards are the single worker's."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupState
+from confluent_kafka.admin import AdminClient
+
+from flywheel.settings import Settings
+from streams.admin import TopicAdmin
+from tests.processors.joiner.test_joiner_worker import (
+    Topics,
+    Worker,
+    produce,
+    read,
+    rewards_by_id,
+    session_events,
+    tick,
+    wait_started,
+)
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 40  # 160 suggestions over the 4 partitions
+PROCESSED = re.compile(r"process: ([\d,]+) events")
+
+
+def processed(worker: Worker) -> int:
+    """Events the worker's latest status line counts."""
+    counts = PROCESSED.findall(worker.log.read_text(errors="replace"))
+    return int(counts[-1].replace(",", "")) if counts else 0
+
+
+def wait_for_two_members(settings: Settings, group: str, timeout_s: float = 90) -> None:
+    """Until the group is stable with two members that both own partitions."""
+    admin = AdminClient(settings.kafka_client_config())
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        owners = [m for m in description.members if m.assignment.topic_partitions]
+        if description.state == ConsumerGroupState.STABLE and len(owners) == 2:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"group {group} did not settle with two members")
+
+
+def test_a_joining_worker_takes_over_partitions_with_their_state(
+    stack: Settings, unique: str, tmp_path: Path
+) -> None:
+    topics = Topics(unique)
+    TopicAdmin(stack.kafka_client_config()).ensure(topics.specs())
+    app_id = f"{unique}.joiner"
+    first = Worker(stack, topics, app_id, tmp_path / "first.log")
+    second = Worker(stack, topics, app_id, tmp_path / "second.log")
+    events, expected = [], {}
+    for i in range(SESSIONS):
+        evs, exp = session_events(f"s-{i}")
+        events += evs
+        expected.update(exp)
+    try:
+        first.start()
+        wait_started(first)
+        produce(stack, topics, events)
+        deadline = time.monotonic() + 60
+        while processed(first) < len(events) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert processed(first) >= len(events), first.log.read_text(errors="replace")[-2000:]
+        time.sleep(4)  # faust commits every 2.8 s: the state is in committed transactions
+        assert read(stack, topics.rewards, 1, timeout_s=2) == []  # nothing is due yet
+
+        second.start()
+        wait_for_two_members(stack, app_id)
+        # Due only now: each partition's owner attributes its suggestions from restored state.
+        produce(stack, topics, [tick(f"s-{i}") for i in range(SESSIONS)])
+        read(stack, topics.rewards, len(expected), timeout_s=120)
+        got = read(stack, topics.rewards, len(expected) + 1, timeout_s=10)
+    finally:
+        codes = (second.stop(), first.stop())
+        print(first.log.read_text(errors="replace")[-1500:])
+        print(second.log.read_text(errors="replace")[-1500:])
+    assert processed(second) > 0, "the second worker took no partition over"
+    ids = [str(r["reward_id"]) for r, _ in got if isinstance(r, dict)]
+    assert rewards_by_id(got) == expected
+    assert len(ids) == len(set(ids)), "a Reward was committed twice"
+    assert codes == (0, 0)
