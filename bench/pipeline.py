@@ -254,6 +254,13 @@ class Proc:
                 if events > self.events:
                     self.events, self.last_at = events, now
 
+    def wait_events(self, n: int) -> None:
+        """Until its status line counts `n` events; raises if the process exits first."""
+        while self.events < n:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.proc.args[2]} exited early; see {self.log.name}")
+            time.sleep(0.05)
+
     def cpu_s(self) -> float:
         """User + system CPU seconds of the process so far (Linux /proc)."""
         return cpu_seconds(self.proc.pid)
@@ -283,10 +290,7 @@ def joiner_rate(
     args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
     worker = Proc("processors.joiner", args, log)
     for n in (len(data), len(data) + 4):
-        while worker.events < n:
-            if worker.proc.poll() is not None:
-                raise RuntimeError(f"the joiner exited early; see {log}")
-            time.sleep(0.05)
+        worker.wait_events(n)
         if n == len(data):
             send_ticks(settings, codec, topics, last_event_time(codec, data) + TICK_AFTER)
     done = n - worker.first_events  # counted from the first status line with events
@@ -307,10 +311,7 @@ def floor_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Pat
          str(log.with_suffix(".data")), *topics.sources()],
         log,
     )  # fmt: skip
-    while worker.events < n:
-        if worker.proc.poll() is not None:
-            raise RuntimeError(f"the faust floor exited early; see {log}")
-        time.sleep(0.05)
+    worker.wait_events(n)
     cpu = worker.cpu_s() - worker.first_cpu_s
     worker.stop()
     return (worker.events - worker.first_events) / max(cpu, 1e-9)

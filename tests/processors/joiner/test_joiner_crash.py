@@ -13,10 +13,10 @@ from streams.admin import TopicAdmin
 from tests.processors.joiner.test_joiner_worker import (
     Topics,
     Worker,
+    assert_rewards_once,
     produce,
-    read,
-    rewards_by_id,
-    session_events,
+    read_after_restart,
+    sessions,
     tick,
     wait_started,
 )
@@ -37,11 +37,7 @@ def test_joiner_killed_at_a_commit_loses_and_duplicates_nothing(
     plain = list(worker.cmd)
     # The first start dies at the first commit once 200 Rewards are out; restarts run plain.
     worker.cmd = [sys.executable, str(HOOK), mode, "200", *plain[3:]]
-    events, expected = [], {}
-    for i in range(SESSIONS):
-        evs, exp = session_events(f"s-{i}")
-        events += evs
-        expected.update(exp)
+    events, expected = sessions(SESSIONS)
     try:
         worker.start()
         wait_started(worker)
@@ -57,12 +53,7 @@ def test_joiner_killed_at_a_commit_loses_and_duplicates_nothing(
             assert code == 0, log[-3000:]  # stopped cleanly: flushed, committed
         worker.cmd = plain
         worker.start()
-        # Every Reward, however slow the restart (recovery alone takes 10 s or more), then one
-        # more read from the start that waits a while for a Reward committed twice.
-        read(stack, topics.rewards, len(expected), timeout_s=180)
-        got = read(stack, topics.rewards, len(expected) + 1, timeout_s=15)
+        got = read_after_restart(stack, topics.rewards, len(expected))
     finally:
         worker.stop()
-    ids = [str(r["reward_id"]) for r, _ in got if isinstance(r, dict)]
-    assert rewards_by_id(got) == expected
-    assert len(ids) == len(set(ids)), "a Reward was committed twice"
+    assert_rewards_once(got, expected)

@@ -16,10 +16,11 @@ from streams.admin import TopicAdmin
 from tests.processors.joiner.test_joiner_worker import (
     Topics,
     Worker,
+    assert_rewards_once,
     produce,
     read,
-    rewards_by_id,
-    session_events,
+    read_after_restart,
+    sessions,
     tick,
     wait_started,
 )
@@ -57,11 +58,7 @@ def test_a_joining_worker_takes_over_partitions_with_their_state(
     app_id = f"{unique}.joiner"
     first = Worker(stack, topics, app_id, tmp_path / "first.log")
     second = Worker(stack, topics, app_id, tmp_path / "second.log")
-    events, expected = [], {}
-    for i in range(SESSIONS):
-        evs, exp = session_events(f"s-{i}")
-        events += evs
-        expected.update(exp)
+    events, expected = sessions(SESSIONS)
     try:
         first.start()
         wait_started(first)
@@ -77,14 +74,11 @@ def test_a_joining_worker_takes_over_partitions_with_their_state(
         wait_for_two_members(stack, app_id)
         # Due only now: each partition's owner attributes its suggestions from restored state.
         produce(stack, topics, [tick(f"s-{i}") for i in range(SESSIONS)])
-        read(stack, topics.rewards, len(expected), timeout_s=120)
-        got = read(stack, topics.rewards, len(expected) + 1, timeout_s=10)
+        got = read_after_restart(stack, topics.rewards, len(expected))
     finally:
         codes = (second.stop(), first.stop())
         print(first.log.read_text(errors="replace")[-1500:])
         print(second.log.read_text(errors="replace")[-1500:])
     assert processed(second) > 0, "the second worker took no partition over"
-    ids = [str(r["reward_id"]) for r, _ in got if isinstance(r, dict)]
-    assert rewards_by_id(got) == expected
-    assert len(ids) == len(set(ids)), "a Reward was committed twice"
+    assert_rewards_once(got, expected)
     assert codes == (0, 0)

@@ -169,6 +169,21 @@ def read(
     return got
 
 
+def read_after_restart(settings: Settings, topic: str, count: int) -> list[Any]:
+    """Every one of `count` Avro records, however slow a restarted worker is (recovery alone
+    takes 10 s or more), then one more read from the start that waits a while for a record
+    committed twice."""
+    read(settings, topic, count, timeout_s=180)
+    return read(settings, topic, count + 1, timeout_s=15)
+
+
+def assert_rewards_once(got: list[Any], expected: dict[str, float]) -> None:
+    """The Rewards read are the expected set (reward_id -> value), none committed twice."""
+    ids = [str(r["reward_id"]) for r, _ in got if isinstance(r, dict)]
+    assert rewards_by_id(got) == expected
+    assert len(ids) == len(set(ids)), "a Reward was committed twice"
+
+
 def _headers(msg: Any) -> dict[str, bytes]:  # confluent's stubs type header keys loosely
     return {str(k): v for k, v in msg.headers() or []}
 
@@ -215,6 +230,17 @@ def session_events(session: str, base_s: float = 0) -> tuple[list[Event], dict[s
         reward_id(ignored.suggestion_id, "tab@1"): -0.25,
         reward_id(suppressed.suggestion_id, "tab@1"): 0.0,
     }
+    return events, expected
+
+
+def sessions(n: int) -> tuple[list[Event], dict[str, float]]:
+    """`session_events` of sessions s-0 .. s-<n-1>, all from T0: their events and Rewards."""
+    events: list[Event] = []
+    expected: dict[str, float] = {}
+    for i in range(n):
+        evs, exp = session_events(f"s-{i}")
+        events += evs
+        expected.update(exp)
     return events, expected
 
 
