@@ -17,7 +17,7 @@ import click
 
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
-from flywheel.metrics import metrics_options, start_metrics_server
+from flywheel.metrics import metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
@@ -172,26 +172,26 @@ def serve(
     caught_up = threading.Event()
     app = create_app(replica, ready=caught_up.is_set, max_batch=max_batch)
     metrics: ServingMetrics = app.state.metrics
-    extra_metrics = start_metrics_server(metrics_port, metrics.registry, metrics_host)
     threads = [
         threading.Thread(target=follow, args=(replica, caught_up, stop), daemon=True),
         threading.Thread(
             target=report_status, args=(replica, metrics, status_every_s, stop), daemon=True
         ),
     ]
-    for thread in threads:
-        thread.start()
-    out.print(
-        f"[green]serve[/] {model} as replica {replica_id} on http://{host}:{port} "
-        "(POST /v1/decide, GET /v1/models, GET /healthz, GET /metrics), broker "
-        f"{settings.kafka_bootstrap}; Ctrl-C to stop"
-    )
-    try:
-        run_server(app, sock)  # a graceful shutdown on Ctrl-C or SIGTERM
-    finally:
-        stop.set()
-        threads[0].join(timeout=10)
-        replica.close()
-        if extra_metrics is not None:
-            extra_metrics.close()
-        out.print(f"serve stopped: {metrics.decisions:,} decisions; last served {served(replica)}")
+    with metrics_endpoint(metrics_port, metrics_host, metrics.registry):
+        for thread in threads:
+            thread.start()
+        out.print(
+            f"[green]serve[/] {model} as replica {replica_id} on http://{host}:{port} "
+            "(POST /v1/decide, GET /v1/models, GET /healthz, GET /metrics), broker "
+            f"{settings.kafka_bootstrap}; Ctrl-C to stop"
+        )
+        try:
+            run_server(app, sock)  # a graceful shutdown on Ctrl-C or SIGTERM
+        finally:
+            stop.set()
+            threads[0].join(timeout=10)
+            replica.close()
+            out.print(
+                f"serve stopped: {metrics.decisions:,} decisions; last served {served(replica)}"
+            )
