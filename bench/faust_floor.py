@@ -1,5 +1,6 @@
 """The faust floor: a no-op faust agent over the joiner's source topics, configured as the joiner
-is (exactly_once, raw bytes, batches of 2,000 within 50 ms), that only counts the records.
+is (exactly_once, raw bytes, `JoinerConfig`'s batches and producer linger), that only counts
+the records.
 
 `bench/pipeline.py` runs it on the same records as the joiner: its events per CPU-second are
 the most any faust-based joiner could reach on this machine (faust's per-record path: fetch,
@@ -18,6 +19,8 @@ from typing import Any
 
 import faust
 
+from processors.joiner.app import JoinerConfig
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -29,6 +32,7 @@ def main() -> None:
     )
     parser.add_argument("topics", nargs="+")
     args = parser.parse_args()
+    joiner = JoinerConfig()  # the joiner's own batching and linger, so the floor tracks them
     app = faust.App(
         args.app_id,
         broker=f"kafka://{args.broker}",
@@ -36,14 +40,14 @@ def main() -> None:
         processing_guarantee=args.guarantee,
         web_enabled=False,
         topic_replication_factor=1,
-        producer_linger=0.005,
+        producer_linger=joiner.producer_linger_s,
     )
     source = app.topic(*args.topics, key_serializer="raw", value_serializer="raw")
     seen = [0]
 
     @app.agent(source, name="floor")
     async def count(stream: Any) -> None:
-        async for events in stream.take_events(2000, 0.05):
+        async for events in stream.take_events(joiner.batch_size, joiner.batch_within_s):
             seen[0] += len(events)
 
     @app.timer(interval=0.2)  # type: ignore[untyped-decorator]  # faust: bare Callable
