@@ -22,10 +22,11 @@ install: $(VENV)/.installed ## create .venv and install everything (Java/Maven t
 demo: install ## run the main job on the embedded local stack
 	$(BIN)/flywheel demo
 
-lint: install ## ruff (lint + format check) and mypy (strict on the packages)
+lint: install ## ruff (lint + format check), mypy (strict) and the import-linter contracts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: install ## unit tests only: no broker needed
 	@scripts/ensure-system.sh --browser

@@ -3,7 +3,7 @@
 `flywheel query` turns every one of them into a one-line message and exit status 1.
 """
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class AnalyticsError(FlywheelError):

@@ -3,10 +3,11 @@
 Python entry points for notebooks (docs/analysts.md)::
 
     import analytics
-    analytics.query("select * from acceptance_by_version").fetchall()
-    table = analytics.to_arrow("select * from suggestion_funnel")
+    analytics.query("select * from acceptance_by_version", ".flywheel/lake").fetchall()
+    table = analytics.to_arrow("select * from suggestion_funnel", ".flywheel/lake")
 
-`lake` defaults to `Settings.from_env().lake` (FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake).
+The lake is a parameter (a library reads no environment); `flywheel query` resolves its default
+from the settings (FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from analytics.catalog import META_TABLE, Catalog
-from analytics.errors import QueryError, UnknownViewError
-from flywheel.settings import Settings
+from analytics.errors import AnalyticsError, QueryError, UnknownViewError
 
 
 @dataclass(frozen=True)
@@ -35,16 +35,21 @@ class ViewInfo:
 
 
 def resolve_lake(lake: Path | str | None) -> Path:
-    """`lake`, or FLYWHEEL_LAKE / $FLYWHEEL_HOME/lake when None."""
-    return Settings.from_env().lake if lake is None else Path(lake)
+    """`lake` as a path; AnalyticsError naming the fix when it is None."""
+    if lake is None:
+        raise AnalyticsError(
+            "no lake given: pass the lake directory (e.g. analytics.query(sql, '.flywheel/lake')) "
+            "or a connection from analytics.connect(lake) as con="
+        )
+    return Path(lake)
 
 
-def connect(lake: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+def connect(lake: Path | str) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every catalog view (see `Catalog.connect`).
 
     Raises EmptyLakeError when the lake has no Parquet file yet.
     """
-    return Catalog(resolve_lake(lake)).connect()
+    return Catalog(Path(lake)).connect()
 
 
 def query(
@@ -60,7 +65,7 @@ def query(
     Raises QueryError (UnknownViewError for a missing table or view) with DuckDB's message and
     the line and column it points at; EmptyLakeError for an empty lake.
     """
-    con = connect(lake) if con is None else con
+    con = connect(resolve_lake(lake)) if con is None else con
     try:
         relation = con.sql(sql)
     except duckdb.Error as exc:
@@ -74,7 +79,7 @@ def to_arrow(
     sql: str, lake: Path | str | None = None, *, con: duckdb.DuckDBPyConnection | None = None
 ) -> pa.Table:
     """The result of `sql` as an Arrow table; errors as `query`."""
-    con = connect(lake) if con is None else con
+    con = connect(resolve_lake(lake)) if con is None else con
     relation = query(sql, con=con)
     try:
         return relation.to_arrow_table()

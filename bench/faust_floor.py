@@ -19,7 +19,7 @@ from typing import Any
 
 import faust
 
-from processors.joiner.app import JoinerConfig
+from processors.joiner.config import JoinerConfig
 
 
 def main() -> None:

@@ -26,14 +26,14 @@ from feature_store import OnlineFeatureStore, load_features
 from learner.features import OnlineFeatureProvider, feature_columns, point_in_time_enrich
 from learner.gate import GateConfig, GatePolicy, OffPolicyGate
 from learner.holdout import HoldoutSplit
+from learner.lake_rows import load_rows
 from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.offline import ServedOutcome, fit_offline, simulate_rewards, write_reward_lake
-from learner.policy import GateNetConfig, GatePolicyNet, ServingPolicy
 from learner.samples import RewardRows
-from learner.windows import load_rows
+from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy
+from policies.policy import HeuristicPolicy
 from schemas.events import Event, SuggestionOffered
 from simulator import Fleet, SimulatorConfig, config_with_overrides
-from simulator.policy import HeuristicPolicy
+from simulator.offline import ServedOutcome, fit_offline, simulate_rewards, write_reward_lake
 
 NAMES = ("user.accept_rate_24h", "user_language.accept_rate_24h")
 CHUNK = 2000  # requests served between two feature-store updates

@@ -39,10 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from learner.gate import GateConfig, OffPolicyGate
 from learner.holdout import HoldoutSplit
 from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.offline import fit_offline, simulate_rewards, write_reward_lake
-from learner.policy import GatePolicyNet, ServingPolicy
 from learner.samples import RewardRows, SampleSpec
 from learner.windows import build_window
+from policies.gate_net import GatePolicyNet, ServingPolicy
 from simulator import (
     Fleet,
     HeuristicPolicy,
@@ -50,6 +49,7 @@ from simulator import (
     SimulatorConfig,
     config_with_overrides,
 )
+from simulator.offline import fit_offline, simulate_rewards, write_reward_lake
 
 
 def _synthetic_rows(n: int, seed: int) -> RewardRows:

@@ -3,7 +3,7 @@
 (a) Joiner: the first `--events` events of the default simulator fleet (offers with code text,
 outcomes, edits, test runs, rollouts) go to this run's own copies of the platform topics; the
 baseline consumes the *same records* with confluent-kafka and Avro-decodes them (no state, no
-output); then `python -m processors.joiner` (exactly-once; 10 days of allowed lateness, so
+output); then `python -m flywheel process` (exactly-once; 10 days of allowed lateness, so
 nothing is attributed while the input flows and the final ticks attribute everything) drains
 them. The joiner's rate is counted from its first processed event to its last (startup and group
 join excluded, read from its 0.2 s status lines); per core = events / CPU seconds of the worker.
@@ -58,10 +58,10 @@ from schemas.events import EditObserved
 from streams.admin import TopicAdmin
 from streams.client import ROUTES
 from streams.serde import AvroCodec
-from streams.topics import TopicSpec
+from streams.topics import TELEMETRY_TOPICS, TopicSpec
 
 ROOT = Path(__file__).resolve().parents[1]
-TELEMETRY = ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
+TELEMETRY = TELEMETRY_TOPICS
 ROLLOUTS = "rollouts.results"
 HOUR_MS = 3_600_000
 STATUS = re.compile(r"process: ([\d,]+) events")
@@ -220,13 +220,13 @@ def baseline_rate(settings: Settings, codec: AvroCodec, topics: Topics, n: int) 
 
 
 class Proc:
-    """A `python -m ...` subprocess whose stderr lines are watched in a thread."""
+    """A `python -m flywheel COMMAND ...` subprocess whose stderr lines are watched in a thread."""
 
-    def __init__(self, module: str, args: list[str], log: Path) -> None:
+    def __init__(self, command: str, args: list[str], log: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [sys.executable, "-m", "flywheel", command, *args],
             env=env,
             stdout=self.log,
             stderr=subprocess.PIPE,
@@ -288,7 +288,7 @@ def joiner_rate(
     """(events/s, events per CPU second) of one joiner worker draining `data` from `topics`,
     then the ticks (which attribute everything still pending)."""
     args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
-    worker = Proc("processors.joiner", args, log)
+    worker = Proc("process", args, log)
     for n in (len(data), len(data) + 4):
         worker.wait_events(n)
         if n == len(data):
@@ -400,8 +400,8 @@ def crash_run(
 
     def start(name: str) -> Proc:
         if name == "sink":
-            return Proc("processors.lake", sink_args, log_dir / "crash-sink.log")
-        return Proc("processors.joiner", joiner_args, log_dir / f"crash-{name}.log")
+            return Proc("sink", sink_args, log_dir / "crash-sink.log")
+        return Proc("process", joiner_args, log_dir / f"crash-{name}.log")
 
     joiners = ["joiner"] if workers == 1 else [f"joiner-{i}" for i in range(workers)]
     procs = {name: start(name) for name in (*joiners, "sink")}

@@ -170,7 +170,7 @@ def latency(
             f"--topics {topic} --lake {lake} --decode-as {topic}={SCHEMA_TOPIC} --group "
             f"{topic}.sink --dlq-topic {topic}.dlq --max-age-s {max_age_s} --status-every-s 60"
         )
-        command = [sys.executable, "-m", "processors.lake", *options.split()]
+        command = [sys.executable, "-m", "flywheel", "sink", *options.split()]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         sink = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         seen: dict[Path, float] = {}

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 BASE, BURST, RECOVERY = "base", "burst", "recovery"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class FeatureStoreError(FlywheelError):

@@ -49,7 +49,7 @@ from processors.lake.errors import RecordRejected
 from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate
-from streams.serde import DecodeError
+from streams.errors import DecodeError
 from streams.topics import dlq_topic
 
 log = logging.getLogger("flywheel.features")

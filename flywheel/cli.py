@@ -8,7 +8,7 @@ from typing import Any, cast
 import click
 
 from flywheel import logs
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 # Command name -> the module under flywheel/commands/ defining it (same name). Imported when the
 # command runs (or `--help` lists them): a worker such as `flywheel sink` then never imports

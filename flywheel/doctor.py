@@ -17,9 +17,9 @@ import httpx
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from flywheel.errors import FlywheelError
+from flywheel.errors import DoctorError, SettingsError
 from flywheel.logs import SecretMask, secret_values
-from flywheel.settings import Settings, SettingsError, public_url
+from flywheel.settings import Settings, public_url
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema, subject_for
 from schemas.compatibility import can_read
 from schemas.errors import SchemaError
@@ -31,10 +31,6 @@ from streams.topics import ALL_TOPICS, TopicSpec
 CHECKS = ("config", "kafka", "registry", "topics", "schemas")
 _NEEDS = {"topics": "kafka", "schemas": "registry"}  # a check runs after its server's
 DEFAULT_TIMEOUT_S = 5.0
-
-
-class DoctorError(FlywheelError):
-    """A check name that does not exist."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,28 @@
-"""Root of every error Flywheel raises on purpose."""
+"""Errors of the composition root (settings, CLI, services' plumbing, the demo); each message
+says what was wrong and the fix. The CLI turns every FlywheelError into a one-line message."""
+
+from ground.errors import FlywheelError
 
 
-class FlywheelError(Exception):
-    """Base class: its message says what was wrong and how to fix it."""
+class WorkerDied(FlywheelError):
+    """A worker process exited while the demo still needed it."""
+
+
+class DoctorError(FlywheelError):
+    """A check name that does not exist."""
+
+
+class ListenError(FlywheelError):
+    """The service cannot listen where it was asked to."""
+
+
+class LoggingConfigError(FlywheelError):
+    """An unknown log format or level."""
+
+
+class MetricsError(FlywheelError):
+    """The metrics endpoint cannot start (port taken, bad host)."""
+
+
+class SettingsError(FlywheelError):
+    """A FLYWHEEL_* variable is malformed or inconsistent."""

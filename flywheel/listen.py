@@ -7,11 +7,7 @@ import socket
 import threading
 from typing import Any
 
-from flywheel.errors import FlywheelError
-
-
-class ListenError(FlywheelError):
-    """The service cannot listen where it was asked to."""
+from flywheel.errors import ListenError
 
 
 def listen(host: str, port: int) -> socket.socket:

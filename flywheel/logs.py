@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from flywheel.errors import FlywheelError
-from flywheel.settings import MASK, Settings, SettingsError, is_secret
+from flywheel.errors import LoggingConfigError, SettingsError
+from flywheel.settings import MASK, Settings, is_secret
 
 FORMAT_ENV = "FLYWHEEL_LOG_FORMAT"
 LEVEL_ENV = "FLYWHEEL_LOG_LEVEL"
@@ -40,10 +40,6 @@ _LEVEL_NUMBERS = {
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _RECORD_ATTRS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
-
-
-class LoggingConfigError(FlywheelError):
-    """An unknown log format or level."""
 
 
 class SecretMask(logging.Filter):
@@ -175,8 +171,8 @@ def configure_logging(
 
 
 def ensure_logging(service: str) -> None:
-    """For a command run outside the ``flywheel`` group (``python -m processors.lake``): set up
-    logging from FLYWHEEL_LOG_FORMAT / FLYWHEEL_LOG_LEVEL unless the root logger has handlers."""
+    """For a command run outside the ``flywheel`` group (a test script calling it directly): set
+    up logging from FLYWHEEL_LOG_FORMAT / FLYWHEEL_LOG_LEVEL unless the root logger has handlers."""
     if not logging.getLogger().handlers:
         configure_logging(
             os.environ.get(FORMAT_ENV) or "text",

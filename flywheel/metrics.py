@@ -31,24 +31,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 import click
-from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_http_server
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from flywheel.errors import FlywheelError
+from flywheel.errors import MetricsError
 
 if TYPE_CHECKING:  # the collectors only read attributes: no Kafka or faust import at run time
     from feature_store.processor import ProcessorStatus
     from learner.loop import LearnerStats
-    from learner.serving import ModelSubscriber
-    from processors.joiner import JoinerStats
+    from processors.joiner.stats import JoinerStats
     from processors.lake.status import SinkStatus
     from simulator import RunReport
     from streams.client import DeliveryStats
@@ -61,15 +59,10 @@ RECORDS_CONSUMED = "flywheel_records_consumed"  # counters: the exposition appen
 RECORDS_PRODUCED = "flywheel_records_produced"
 CONSUMER_LAG = "flywheel_consumer_lag"
 DEAD_LETTERS = "flywheel_dead_letters"
-MODEL_VERSION = "flywheel_model_version"
 LEARNER_DECISIONS = "flywheel_learner_decisions"
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
-
-
-class MetricsError(FlywheelError):
-    """The metrics endpoint cannot start (port taken, bad host)."""
 
 
 def metrics_options(f: F) -> F:
@@ -110,17 +103,6 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
-
-
-def service_registry(*collectors: Collector) -> CollectorRegistry:
-    """A registry of its own (never the global one: two services in one process never clash)
-    with ``collectors`` and the process and Python collectors (CPU, memory, open files)."""
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    for collector in collectors:
-        registry.register(collector)
-    return registry
 
 
 def start_metrics_server(
@@ -288,35 +270,6 @@ class LearnerCollector:
         for decision, count in sorted(_copy(s.decisions).items()):
             family.add_metric([self._service, self._model, decision.lower()], count)
         yield family
-
-
-class ServingCollector:
-    """Serving replicas (``learner.serving.ModelSubscriber``): the version each serves per
-    channel (production falls back to the fallback version; an idle canary is left out)."""
-
-    def __init__(self, replicas: Iterable[ModelSubscriber[Any]], service: str = "serving") -> None:
-        self._replicas, self._service = list(replicas), service
-
-    def collect(self) -> Iterator[Metric]:
-        version = GaugeMetricFamily(
-            MODEL_VERSION,
-            "Model version a replica serves, per channel.",
-            labels=["service", "replica", "model", "channel"],
-        )
-        rejected = CounterMetricFamily(
-            "flywheel_serving_rejected_versions",
-            "Versions a replica refused (bad artifact or loader failure).",
-            labels=["service", "replica", "model"],
-        )
-        for replica in self._replicas:
-            ids = [self._service, replica.replica_id, replica.model_name]
-            version.add_metric([*ids, "production"], replica.serving_version)
-            canary = replica.snapshot.canary
-            if canary is not None:
-                version.add_metric([*ids, "canary"], canary.version)
-            rejected.add_metric(ids, replica.rejected)
-        yield version
-        yield rejected
 
 
 class SimulatorCollector:

@@ -16,7 +16,8 @@ def ensure_infrastructure(settings: Settings, say: Callable[[str], None]) -> Top
     register the event schemas (BACKWARD_TRANSITIVE per subject).
 
     Idempotent: a running stack is reused, existing topics are only checked for drift, and
-    registering an unchanged schema is a no-op. Raises RegistryError if a schema is refused.
+    registering an unchanged schema is a no-op. Raises SchemaRegistryRequestError if a schema is
+    refused.
     """
     if settings.uses_local_stack:
         LocalStack(settings.home, settings.ports, say).up()

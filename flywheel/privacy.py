@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from flywheel import clients
 from flywheel.settings import Settings
-from learner.registry import EventProducer
 from processors.lake.dlq_erasure import DLQ_TOPICS, purge_dead_letters
 from processors.lake.erasure import ErasureReport, erase_user, erasure_event, user_keys
+from streams.topic_io import EventProducer
 
 ERASURES_TOPIC = "privacy.erasures"
 

@@ -8,17 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from flywheel.errors import FlywheelError
+from flywheel.errors import SettingsError
+from streams.stack.ports import StackPorts
 
 _PREFIX = "FLYWHEEL_"
 # FLYWHEEL_KAFKA_SASL_PASSWORD -> sasl.password: passed through to librdkafka / aiokafka.
 _KAFKA_PREFIX = "FLYWHEEL_KAFKA_"
 _SECRET_WORDS = ("password", "secret", "key", "token", "credentials")
 MASK = "****"
-
-
-class SettingsError(FlywheelError):
-    """A FLYWHEEL_* variable is malformed or inconsistent."""
 
 
 def public_url(url: str) -> str:
@@ -52,15 +49,6 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 @dataclass(frozen=True)
-class StackPorts:
-    """Loopback ports of the embedded local stack."""
-
-    kafka: int = 9092
-    controller: int = 9093
-    registry: int = 8081
-
-
-@dataclass(frozen=True)
 class Settings:
     """Everything Flywheel reads from its environment, read once at the edge.
 
@@ -72,7 +60,7 @@ class Settings:
     lake: Path
     bootstrap_servers: str | None = None
     schema_registry_url: str | None = None
-    ports: StackPorts = StackPorts()
+    ports: StackPorts = field(default_factory=StackPorts)
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     pseudonym_key: str | None = field(default=None, repr=False)  # secret: never printed
 

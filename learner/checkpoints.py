@@ -38,9 +38,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from flywheel.durable import fsync_dir
+from ground.durable import fsync_dir
 from learner.distributed import DistributedContext, barrier, broadcast_text
-from learner.errors import LearnerError
+from learner.errors import CheckpointError
 
 MARKER_NAME = "COMPLETE.json"
 LATEST_NAME = "latest"
@@ -49,10 +49,6 @@ TRAINER_STATE_NAME = "trainer.json"
 TEST_SLEEP_ENV = "FLYWHEEL_LEARNER_TEST_CHECKPOINT_SLEEP_S"
 _COMPLETE_RE = re.compile(r"^ckpt-(\d+)$")
 _TEMP_RE = re.compile(r"^ckpt-(\d+)\.tmp-[0-9a-f]+$")
-
-
-class CheckpointError(LearnerError):
-    """A checkpoint is missing, incomplete or unreadable."""
 
 
 @dataclass(frozen=True)

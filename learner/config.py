@@ -19,7 +19,8 @@ from learner.errors import LearnerError
 from learner.gate import GateConfig
 from learner.holdout import HoldoutSplit
 from learner.objective import ObjectiveConfig
-from learner.policy import GateNetConfig
+from learner.trainer import TrainerConfig
+from policies.gate_net import GateNetConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.yaml"
 T = TypeVar("T")
@@ -40,18 +41,6 @@ class StreamsConfig:
 
     replay_fraction: float = 0.3
     max_replay_windows: int = 8
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """learner.trainer.TrainerConfig options for one version's training run."""
-
-    batch_size: int = 32  # MDS samples per optimizer step
-    duration: str = "20ep"  # Composer-style: ep, ba, sp, tok, s, m, h
-    checkpoint_interval: str = "5ep"
-    microbatch_size: int | str = "auto"
-    lr: float = 0.01
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,7 +74,7 @@ class LearnerConfig:
     streams: StreamsConfig = field(default_factory=StreamsConfig)
     policy: GateNetConfig = field(default_factory=GateNetConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: TrainerConfig = field(default_factory=TrainerConfig)  # save_dir, init_from: per run
     gate: GateConfig = field(default_factory=GateConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -123,7 +112,7 @@ def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
     values: dict[str, Any] = {}
     for name, value in raw.items():
         default = getattr(cls(), name)
-        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+        if _is_section(default):
             if not isinstance(value, Mapping):
                 raise LearnerError(f"{where}: {name} must be a mapping of its keys.")
             values[name] = _build(type(default), value, f"{where}: {name}")
@@ -133,3 +122,13 @@ def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
         return cls(**values)
     except (TypeError, ValueError, LearnerError) as exc:
         raise LearnerError(f"{where}: {exc}") from exc
+
+
+def _is_section(value: object) -> bool:
+    """A section is a dataclass whose keys all have defaults (a Duration value is not one)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return False
+    return all(
+        f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        for f in dataclasses.fields(value)
+    )

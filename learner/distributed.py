@@ -15,13 +15,9 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
-from learner.errors import LearnerError
+from learner.errors import DistributedError
 
 DevicePreference = Literal["auto", "cpu", "cuda"]
-
-
-class DistributedError(LearnerError):
-    """The launch environment or the requested device cannot be used."""
 
 
 @dataclass(frozen=True)

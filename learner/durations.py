@@ -15,11 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from learner.errors import LearnerError
-
-
-class DurationError(LearnerError):
-    """A duration string or value that cannot be used (unknown unit, bad number)."""
+from learner.errors import DurationError
 
 
 class Unit(enum.StrEnum):

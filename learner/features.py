@@ -43,7 +43,7 @@ from feature_store import (
     online_features,
 )
 from learner.errors import LearnerError
-from simulator.policy import RequestBatch
+from policies.policy import RequestBatch
 
 Enrich = Callable[[pa.Table], pa.Table]  # learner.windows.Enrich
 LEAKAGE_GUARD_MS = 1  # features of a decision at t are read at t - 1 ms (module docstring)
@@ -119,7 +119,7 @@ def point_in_time_enrich(
 
 
 class OnlineFeatureProvider:
-    """A ``learner.policy.FeatureProvider`` over an online store: the latest values (as of the
+    """A ``policies.gate_net.FeatureProvider`` over an online store: the latest values (as of the
     store's watermark, the newest reward event time it has seen) of ``names`` per request.
 
     ``pseudonymize`` maps a raw user id of the batch to the pseudonym rewards carry (in the

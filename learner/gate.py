@@ -27,14 +27,14 @@ from learner.errors import LearnerError
 from learner.objective import RewardModel, fit_reward_model
 from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, PairedComparison, compare
 from learner.samples import RewardRows
+from policies.context import INDEX
+from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger
-from simulator.context import INDEX
-from simulator.policy import RequestBatch
 
 
 @runtime_checkable
 class ScoresFeatures(Protocol):
-    """A learned policy that scores feature rows directly (learner.policy.ServingPolicy)."""
+    """A learned policy that scores feature rows directly (policies.gate_net.ServingPolicy)."""
 
     def probabilities(self, features: np.ndarray) -> np.ndarray: ...
 

@@ -35,11 +35,7 @@ import streaming
 import torch
 
 from learner.durations import Progress
-from learner.errors import LearnerError
-
-
-class TrainingDataError(LearnerError):
-    """The windows cannot be read as a training mix."""
+from learner.errors import TrainingDataError
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from learner.artifacts import publish_artifact, verify_artifact
-from learner.canary import CanaryMonitor, user_baselines
 from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import LearnerConfig
 from learner.errors import LearnerError
@@ -39,17 +37,21 @@ from learner.gate import (
     OffPolicyGate,
     canary_decision,
 )
+from learner.lake_rows import Enrich, load_rows
 from learner.loader import WindowStream
 from learner.objective import GateObjective, fit_reward_model
-from learner.policy import GatePolicyNet, ServingPolicy, load_net, save_policy
-from learner.registry import DECIDED, ModelRegistry
+from learner.replay import plan_streams
 from learner.samples import RewardRows, collate_rows
-from learner.trainer import Trainer, TrainerConfig
+from learner.trainer import Trainer
 from learner.window_manifest import WindowRecord, read_manifest
-from learner.windows import Enrich, build_window, load_rows, plan_streams
+from learner.windows import build_window
+from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.canary import CanaryMonitor, user_baselines
+from model_registry.registry import DECIDED, ModelRegistry
+from policies.gate_net import GatePolicyNet, ServingPolicy, load_net, save_policy
+from policies.policy import Policy
 from schemas.enums import Channel, ModelEventType
 from schemas.events import LakeOffsetRange, TrainingWindow
-from simulator.policy import Policy
 from streams.serde import AvroCodec
 
 WINDOW_LAST_EVENT_METRIC = "window_last_attributed_ms"
@@ -387,18 +389,8 @@ class ContinuousLearner:
             replay_fraction=c.streams.replay_fraction,
             max_replay_windows=c.streams.max_replay_windows,
         )
-        t = c.train
         trainer = Trainer(
-            TrainerConfig(
-                save_dir=save_dir,
-                batch_size=t.batch_size,
-                duration=t.duration,
-                checkpoint_interval=t.checkpoint_interval,
-                microbatch_size=t.microbatch_size,  # type: ignore[arg-type]  # validated by TrainerConfig
-                lr=t.lr,
-                seed=t.seed,
-                init_from=init_from,
-            ),
+            dataclasses.replace(c.train, save_dir=save_dir, init_from=init_from),
             task,
             model_factory,
             [WindowStream(local=p.local, proportion=p.proportion) for p in plan],

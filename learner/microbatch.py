@@ -16,13 +16,9 @@ from typing import Any, Protocol
 
 import torch
 
-from learner.errors import LearnerError
+from learner.errors import MicrobatchError
 
 Collate = Callable[[Sequence[Mapping[str, Any]]], Mapping[str, torch.Tensor]]
-
-
-class MicrobatchError(LearnerError):
-    """A step cannot run even one sample at a time, or the task returned a bad loss."""
 
 
 class TrainingTask(Protocol):

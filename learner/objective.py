@@ -14,7 +14,7 @@ shown rows' outcomes through q̂ instead. The KL term is the trust region: its o
 ``logit π = logit anchor + (q̂(show) - q̂(suppress)) / kl_coef`` (before the floor), so
 ``kl_coef`` sets how far one version moves from its anchor (the logged behaviour probabilities,
 or a frozen ``reference`` network such as the warm-start parent). π includes the exploration
-floor (see learner.policy), so weights are at most (1 - floor) / floor.
+floor (see policies.gate_net), so weights are at most (1 - floor) / floor.
 
 :class:`RewardModel` is generic over bounded rewards: per action, a logistic regression of the
 reward rescaled to [0, 1] by the action's observed min and max (constant when they agree). For
@@ -26,25 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from learner.errors import LearnerError
-from learner.policy import GatePolicyNet
 from learner.samples import RewardRows
-
-
-class TrainingTask(Protocol):
-    """What the training engine optimises (learner.trainer calls it per microbatch)."""
-
-    def loss(
-        self, model: nn.Module, batch: Mapping[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sum of per-row losses, number of rows) for one microbatch."""
-        ...
+from policies.gate_net import GatePolicyNet
 
 
 @dataclass(frozen=True)
@@ -147,7 +136,8 @@ class ObjectiveConfig:
 
 
 class GateObjective:
-    """Doubly-robust off-policy objective of the suggestion gate; implements TrainingTask.
+    """Doubly-robust off-policy objective of the suggestion gate; implements
+    learner.microbatch.TrainingTask.
 
     Batches are :func:`learner.samples.collate_rows` output: ``features``, ``shown``,
     ``propensity``, ``reward``. ``model`` is a :class:`GatePolicyNet`, possibly wrapped (DDP):
@@ -204,7 +194,7 @@ def _floor_of(model: nn.Module) -> float:
     if not isinstance(inner, GatePolicyNet):
         raise LearnerError(
             f"GateObjective trains a GatePolicyNet, got {type(inner).__name__}; build the model "
-            "with learner.policy.GatePolicyNet."
+            "with policies.gate_net.GatePolicyNet."
         )
     return inner.config.floor
 

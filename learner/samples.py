@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from learner.errors import LearnerError
-from simulator.context import CONTEXT_DIM
+from policies.context import CONTEXT_DIM
 
 ROWS_PER_SAMPLE = 256
 

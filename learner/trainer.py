@@ -37,7 +37,7 @@ from learner.distributed import (
     teardown_distributed,
 )
 from learner.durations import Duration, Progress
-from learner.errors import LearnerError
+from learner.errors import MicrobatchError, TrainerConfigError
 from learner.loader import (
     WindowStream,
     build_loader,
@@ -48,7 +48,6 @@ from learner.loader import (
 )
 from learner.microbatch import (
     Collate,
-    MicrobatchError,
     TrainingTask,
     accumulate,
     halved,
@@ -61,26 +60,27 @@ __all__ = ["FitResult", "StepReport", "Trainer", "TrainerConfig", "TrainingTask"
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer]
 
 
-class TrainerConfigError(LearnerError):
-    """A trainer setting that cannot work (batch not divisible, bad sizes, missing file)."""
-
-
 @dataclass(frozen=True)
 class TrainerConfig:
     """What to train for and where to keep checkpoints. Durations accept strings ('500ba').
+
+    This is also the ``train`` section of a recipe's config file, so its defaults are the gate
+    recipe's (``learner/configs/default.yaml`` spells them out). ``save_dir`` and ``init_from``
+    are a run's, not a recipe's: the continuous loop sets them for each version.
 
     ``batch_size``: samples per optimizer step, global (divisible by the world size).
     ``microbatch_size``: samples per forward/backward on one rank, or 'auto' (start at the
     rank's whole share and halve on out-of-memory). ``init_from``: a ``torch.save``d model
     state_dict for a warm start, ignored when ``save_dir`` already has a checkpoint.
+    ``save_dir`` is required to train (TrainerConfigError otherwise).
     """
 
-    save_dir: Path
-    batch_size: int
-    duration: Duration | str
-    checkpoint_interval: Duration | str = "1ep"
+    save_dir: Path | None = None
+    batch_size: int = 32
+    duration: Duration | str = "20ep"
+    checkpoint_interval: Duration | str = "5ep"
     microbatch_size: int | Literal["auto"] = "auto"
-    lr: float = 1e-3
+    lr: float = 0.01
     weight_decay: float = 0.0
     grad_clip_norm: float | None = None
     seed: int = 0
@@ -90,7 +90,8 @@ class TrainerConfig:
     num_workers: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "save_dir", Path(self.save_dir))
+        if self.save_dir is not None:
+            object.__setattr__(self, "save_dir", Path(self.save_dir))
         object.__setattr__(self, "duration", Duration.parse(self.duration))
         object.__setattr__(self, "checkpoint_interval", Duration.parse(self.checkpoint_interval))
         if self.init_from is not None:
@@ -161,7 +162,10 @@ class Trainer:
         collate: Collate = concat_rows,
         on_step: Callable[[StepReport], None] | None = None,
     ) -> None:
+        if config.save_dir is None:
+            raise TrainerConfigError("save_dir is unset: give the directory for checkpoints")
         self.config = config
+        self.save_dir: Path = config.save_dir
         self.task = task
         self.model_factory = model_factory
         self.windows = list(windows)
@@ -201,7 +205,7 @@ class _Run:
         self.model = trainer.model_factory().to(ctx.device)
         self.optimizer = trainer.optimizer_factory(self.model.parameters())
         torch.manual_seed(config.seed + ctx.rank)  # per-rank stream for dropout etc.
-        self.store = CheckpointStore(config.save_dir, config.keep_checkpoints, ctx)
+        self.store = CheckpointStore(trainer.save_dir, config.keep_checkpoints, ctx)
         self.progress = Progress()
         self.microbatch = (
             self.rank_batch if config.microbatch_size == "auto" else config.microbatch_size
@@ -240,10 +244,10 @@ class _Run:
     def _restore(self) -> tuple[CheckpointRef | None, bool, dict[str, Any] | None]:
         """Autoresume from the newest complete checkpoint, else warm start, else fresh."""
         self.store.clean_incomplete()
-        found = find_resume_checkpoint(self.config.save_dir) if self.ctx.is_main else None
+        found = find_resume_checkpoint(self.trainer.save_dir) if self.ctx.is_main else None
         name = broadcast_text(self.ctx, found.path.name if found else "")
         if name:
-            ref = CheckpointRef(self.config.save_dir / name, int(name.split("-")[1]))
+            ref = CheckpointRef(self.trainer.save_dir / name, int(name.split("-")[1]))
             state = self.store.load(ref, self.model, self.optimizer)
             self.progress = Progress(**state["progress"])
             self.elapsed_before_s = self.progress.elapsed_s

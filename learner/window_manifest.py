@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flywheel.durable import fsync_dir, write_durably
+from ground.durable import fsync_dir, write_durably
 from learner.errors import LearnerError
 
 MANIFEST_NAME = "manifest.json"

@@ -1,6 +1,6 @@
 """Errors the schemas package raises on purpose."""
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class SchemaError(FlywheelError):

@@ -10,6 +10,7 @@ propensity is logged. Typical use::
     report = run_fleet(fleet, telemetry_client, n_requests=100_000)
 """
 
+from policies.policy import HeuristicPolicy, Policy, RequestBatch
 from simulator.config import SimulatorConfig
 from simulator.config_loading import (
     DEFAULT_CONFIG_PATH,
@@ -20,7 +21,7 @@ from simulator.config_loading import (
 from simulator.errors import SimulatorError
 from simulator.fleet import Fleet
 from simulator.ground_truth import GroundTruthLog, GroundTruthSummary
-from simulator.policy import POLICIES, HeuristicPolicy, Policy, RequestBatch, build_policy, decide
+from simulator.policy import POLICIES, build_policy, decide
 from simulator.runner import EventSink, RunReport, run_fleet
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Errors the simulator raises on purpose."""
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class SimulatorError(FlywheelError):

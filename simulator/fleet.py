@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from policies.policy import Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
 from schemas.events import Event
 from schemas.records import encode_time
@@ -28,7 +29,7 @@ from simulator.errors import SimulatorError
 from simulator.ground_truth import GroundTruthLog
 from simulator.hidden_model import HiddenModel
 from simulator.ids import IdSource, namespace_of
-from simulator.policy import Policy, RequestBatch, decide
+from simulator.policy import decide
 from simulator.population import Population, draw_population
 from simulator.request_events import ActiveSession, RequestEventBuilder, Served, TimedEvent
 from simulator.rollouts import RolloutGenerator

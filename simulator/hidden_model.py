@@ -21,8 +21,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from policies.context import CONTEXT_DIM, INDEX
 from simulator.config import HiddenModelConfig
-from simulator.context import CONTEXT_DIM, INDEX
 
 _LENGTH = INDEX["suggestion_log_chars"]
 

@@ -10,77 +10,21 @@ decision actually taken, which off-policy estimators divide by.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
 
 import numpy as np
 
-from schemas.enums import SuggestionTrigger
+from policies.policy import HeuristicPolicy, Policy
 from simulator.config import PolicyConfig
 from simulator.errors import SimulatorError
 
-
-@dataclass(frozen=True)
-class RequestBatch:
-    """What a policy may see about ``n`` requests: the context vectors and categorical context."""
-
-    contexts: np.ndarray  # (n, CONTEXT_DIM) float32, simulator.context's sim-context@1 layout
-    languages: tuple[str, ...]
-    ides: tuple[str, ...]
-    triggers: tuple[SuggestionTrigger, ...]
-    # Raw (not yet pseudonymised) user id per request, for policies that look up per-user
-    # features; empty when the caller does not provide them.
-    user_ids: tuple[str, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.languages)
-
-
-class Policy(Protocol):
-    """A suggestion gate: the model name and version it logs, and P(show) per request."""
-
-    @property
-    def name(self) -> str:
-        """Logged as ``SuggestionOffered.model_name``."""
-        ...
-
-    @property
-    def version(self) -> int:
-        """Logged as ``SuggestionOffered.model_version``."""
-        ...
-
-    def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
-        """P(SHOWN) for each request of ``batch``: shape (len(batch),), values in [0, 1]."""
-        ...
-
-
-@dataclass(frozen=True)
-class HeuristicPolicy:
-    """Version 0: shows (almost) everything with a flat probability, whatever the context."""
-
-    name: str = "suggestion-gate"
-    version: int = 0
-    show_probability: float = 0.95
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.show_probability <= 1.0:
-            raise SimulatorError(
-                f"HeuristicPolicy.show_probability={self.show_probability} must be in [0, 1]; "
-                "set policy.show_probability accordingly."
-            )
-
-    @classmethod
-    def from_config(cls, config: PolicyConfig) -> HeuristicPolicy:
-        return cls(name=config.model_name, show_probability=config.show_probability)
-
-    def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
-        return np.full(len(batch), self.show_probability, dtype=np.float64)
-
-
 # Policy kind (config key policy.name) → factory from the policy section of the config.
 POLICIES: Mapping[str, Callable[[PolicyConfig], Policy]] = MappingProxyType(
-    {"heuristic": HeuristicPolicy.from_config}
+    {
+        "heuristic": lambda config: HeuristicPolicy(
+            name=config.model_name, show_probability=config.show_probability
+        )
+    }
 )
 
 

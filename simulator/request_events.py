@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from policies.context import CONTEXT_SPEC
 from schemas.enums import Decision, Outcome, SuggestionTrigger
 from schemas.events import (
     EditObserved,
@@ -18,7 +19,6 @@ from schemas.events import (
     TestRunCompleted,
 )
 from simulator.code_text import CodeTextSource
-from simulator.context import CONTEXT_SPEC
 from simulator.ground_truth import OutcomeCode
 from simulator.ids import IdSource
 from simulator.population import Population

@@ -30,8 +30,9 @@ from schemas.events import (
     SuggestionOutcome,
     TestRunCompleted,
 )
+from streams.errors import EventValidationError
 from streams.privacy import Pseudonymizer, apply_privacy
-from streams.serde import AvroCodec, EventValidationError
+from streams.serde import AvroCodec
 from streams.spool import Spool, SpooledEvent
 
 # Event type -> (topic, key field). Only what IDE clients and agents emit goes through the SDK.

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 
-from flywheel.errors import FlywheelError
+from streams.errors import PrivacyError
 from streams.redaction import Redaction, redact_secrets
 
 __all__ = ["PrivacyError", "Pseudonymizer", "Redaction", "apply_privacy", "redact_secrets"]
@@ -26,10 +26,6 @@ _KEY_FIX = (
     "set FLYWHEEL_PSEUDONYM_KEY to a hex string or any string of at least "
     f"{MIN_KEY_BYTES} bytes (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)"
 )
-
-
-class PrivacyError(FlywheelError):
-    """Privacy cannot be applied as configured (e.g. no pseudonymisation key); names the fix."""
 
 
 _CACHE_LIMIT = 65_536

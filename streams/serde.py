@@ -18,31 +18,13 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from fastavro.validation import ValidationError, validate
 
-from flywheel.errors import FlywheelError
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_text, subject_for
 from schemas.events import Event
+from streams.errors import DecodeError, EventValidationError, SchemaRegistryRequestError
 
 MAGIC_BYTE = 0
 HEADER = struct.Struct(">bI")  # magic byte, schema id
 COMPATIBILITY = "BACKWARD_TRANSITIVE"
-
-
-class RegistryError(FlywheelError):
-    """The registry is unreachable or refused a schema; the message names the fix."""
-
-
-class EventValidationError(FlywheelError):
-    """An event does not match its schema; the message names the offending field(s)."""
-
-
-class DecodeError(FlywheelError):
-    """Bytes that are not a decodable record of the topic. `cause` is a stable short code:
-    `bad_magic`, `truncated` (shorter than the header, or the body ends early),
-    `unknown_schema`, `schema_mismatch` or `invalid_body`."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 def schema_id_of(data: bytes) -> int:
@@ -85,14 +67,16 @@ class AvroCodec:
             )
         except SchemaRegistryError as exc:
             if exc.http_status_code == 409:
-                raise RegistryError(
+                raise SchemaRegistryRequestError(
                     f"the registry refused {name} for subject {subject}: it is not "
                     f"{COMPATIBILITY}-compatible with the versions registered there. Evolve "
                     "the schema compatibly (new fields need defaults) or use a new subject."
                 ) from exc
-            raise RegistryError(f"registering {name} under {subject} failed: {exc}") from exc
+            raise SchemaRegistryRequestError(
+                f"registering {name} under {subject} failed: {exc}"
+            ) from exc
         except Exception as exc:  # transport errors surface as requests/httpx exceptions
-            raise RegistryError(
+            raise SchemaRegistryRequestError(
                 f"cannot reach the schema registry to register {subject}: {exc}; "
                 "check FLYWHEEL_SCHEMA_REGISTRY_URL or run `flywheel stack up`"
             ) from exc
@@ -173,7 +157,9 @@ class AvroCodec:
             except SchemaRegistryError as exc:
                 if exc.http_status_code == 404:
                     raise DecodeError("unknown_schema", f"no schema with id {schema_id}") from None
-                raise RegistryError(f"fetching schema {schema_id} failed: {exc}") from exc
+                raise SchemaRegistryRequestError(
+                    f"fetching schema {schema_id} failed: {exc}"
+                ) from exc
             if schema.schema_type not in (None, "AVRO") or schema.schema_str is None:
                 raise DecodeError("schema_mismatch", f"schema {schema_id} is {schema.schema_type}")
             self._writers[schema_id] = fastavro.parse_schema(json.loads(schema.schema_str))

@@ -17,16 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from flywheel.durable import fsync_dir
-from flywheel.errors import FlywheelError
+from ground.durable import fsync_dir
+from streams.errors import SpoolError
 
 _LENGTH = struct.Struct(">I")
 _SUFFIX = ".spool"
 _MAGIC = b"FWSPOOL1"  # then per event: topic, key, value, each length-prefixed
-
-
-class SpoolError(FlywheelError):
-    """The spool directory is unusable or owned by another client."""
 
 
 @dataclass(frozen=True)

@@ -48,14 +48,22 @@ def dlq_topic(stage: str) -> str:
     return f"dlq.{stage}"
 
 
+# The IDE telemetry topics (co-partitioned by session_id), each with its value schema.
+_TELEMETRY_VALUES = {
+    "telemetry.suggestions": "SuggestionOffered",
+    "telemetry.outcomes": "SuggestionOutcome",
+    "telemetry.edits": "EditObserved",
+    "telemetry.tests": "TestRunCompleted",
+}
+TELEMETRY_TOPICS: tuple[str, ...] = tuple(_TELEMETRY_VALUES)
+ROLLOUTS_TOPIC = "rollouts.results"
+REWARDS_TOPIC = "rewards"
+
 TOPICS: tuple[TopicSpec, ...] = (
-    _telemetry("telemetry.suggestions", "SuggestionOffered"),
-    _telemetry("telemetry.outcomes", "SuggestionOutcome"),
-    _telemetry("telemetry.edits", "EditObserved"),
-    _telemetry("telemetry.tests", "TestRunCompleted"),
-    TopicSpec("rollouts.results", "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
+    *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
+    TopicSpec(ROLLOUTS_TOPIC, "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
     TopicSpec(
-        "rewards", "session_id or group_id", "Reward", TELEMETRY_PARTITIONS,
+        REWARDS_TOPIC, "session_id or group_id", "Reward", TELEMETRY_PARTITIONS,
         retention_ms=30 * DAY_MS,
     ),
     TopicSpec(

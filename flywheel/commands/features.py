@@ -22,7 +22,6 @@ import click
 from rich.table import Column, Table
 
 from flywheel.console import err, out
-from flywheel.errors import FlywheelError
 from flywheel.listen import listen, run_server
 from flywheel.logs import ensure_logging
 from flywheel.metrics import (
@@ -30,10 +29,11 @@ from flywheel.metrics import (
     MetricsServer,
     metrics_endpoint,
     metrics_options,
-    service_registry,
 )
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from ground.errors import FlywheelError
+from ground.metrics import service_registry
 
 DEFAULT_PORT = 8090
 _features_file = click.option(

@@ -9,14 +9,10 @@ import click
 
 from flywheel.clients import codec
 from flywheel.console import err
-from flywheel.metrics import (
-    LearnerCollector,
-    metrics_endpoint,
-    metrics_options,
-    service_registry,
-)
+from flywheel.metrics import LearnerCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from ground.metrics import service_registry
 from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.loop import ContinuousLearner, LearnerPaths
 from simulator import DEFAULT_CONFIG_PATH as SIMULATOR_CONFIG_PATH

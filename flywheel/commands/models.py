@@ -17,7 +17,7 @@ from rich.table import Table
 from flywheel.clients import codec
 from flywheel.console import out
 from flywheel.settings import Settings
-from learner.registry import FALLBACK_VERSION, ModelRegistry, VersionState
+from model_registry.registry import FALLBACK_VERSION, ModelRegistry, VersionState
 from schemas.enums import Channel
 from schemas.events import ChannelPointer, ModelVersionEvent
 

@@ -8,34 +8,34 @@ import signal
 import click
 
 from flywheel.console import err, out
-from flywheel.errors import FlywheelError
 from flywheel.logs import json_logging
-from flywheel.metrics import (
-    JoinerCollector,
-    metrics_options,
-    service_registry,
-    start_metrics_server,
-)
+from flywheel.metrics import JoinerCollector, metrics_options, start_metrics_server
 from flywheel.settings import Settings
-from streams.topics import dlq_topic
+from ground.errors import FlywheelError
+from ground.metrics import service_registry
+from processors.joiner.config import JoinerConfig
+from processors.rewards.attribution import Windows
+from processors.rewards.rollouts import GroupPolicy
+from streams.topics import TELEMETRY_TOPICS
 
-TELEMETRY = ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
 MS = 1000
+# Option defaults come from the declarations (one place per setting); they import no faust.
+JOINER, WINDOWS, GROUPS = JoinerConfig(), Windows(), GroupPolicy()
 
 
 def _telemetry_topics(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, str]:
     if not values:
-        return {t: t for t in TELEMETRY}
+        return dict(JOINER.topics)
     mapping: dict[str, str] = {}
     for value in values:
         topic, sep, platform_topic = value.partition("=")
         platform_topic = platform_topic if sep else topic
-        if not topic or platform_topic not in TELEMETRY:
+        if not topic or platform_topic not in TELEMETRY_TOPICS:
             raise click.BadParameter(
                 f"{value!r}: write TOPIC or TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
-                f"{', '.join(TELEMETRY)}"
+                f"{', '.join(TELEMETRY_TOPICS)}"
             )
         mapping[topic] = platform_topic
     return mapping
@@ -52,35 +52,35 @@ def _telemetry_topics(
 )
 @click.option(
     "--outcome-window-s",
-    default=60.0,
+    default=WINDOWS.outcome_ms / MS,
     show_default=True,
     type=click.FloatRange(min=0),
     help="An outcome counts within this long after the offer (event time).",
 )
 @click.option(
     "--edits-window-s",
-    default=300.0,
+    default=WINDOWS.edits_ms / MS,
     show_default=True,
     type=click.FloatRange(min=0),
     help="Edits count within this long after the outcome.",
 )
 @click.option(
     "--tests-window-s",
-    default=600.0,
+    default=WINDOWS.tests_ms / MS,
     show_default=True,
     type=click.FloatRange(min=0),
     help="Test runs count within this long after the offer.",
 )
 @click.option(
     "--allowed-lateness-s",
-    default=30.0,
+    default=WINDOWS.allowed_lateness_ms / MS,
     show_default=True,
     type=click.FloatRange(min=0),
     help="Events older than their topic's watermark minus this go to the late DLQ.",
 )
 @click.option(
     "--idle-s",
-    default=2.0,
+    default=JOINER.idle_s,
     show_default=True,
     type=click.FloatRange(min=0),
     help="A telemetry topic that has not advanced for this long (wall clock) stops holding "
@@ -88,14 +88,14 @@ def _telemetry_topics(
 )
 @click.option(
     "--group-size",
-    default=8,
+    default=GROUPS.expected_size,
     show_default=True,
     type=click.IntRange(min=1),
     help="A rollout group is complete with this many distinct trials...",
 )
 @click.option(
     "--group-timeout-s",
-    default=120.0,
+    default=GROUPS.timeout_ms / MS,
     show_default=True,
     type=click.FloatRange(min=0.001),
     help="...or when its oldest trial is this much older than the newest (event time).",
@@ -115,20 +115,20 @@ def _telemetry_topics(
     help="Telemetry source topics (repeatable; all four by default). PLATFORM_TOPIC "
     "names the schema of a copy under another name.",
 )
-@click.option("--rollouts-topic", default="rollouts.results", show_default=True)
-@click.option("--rewards-topic", default="rewards", show_default=True)
-@click.option("--dlq-late", default=dlq_topic("late"), show_default=True)
-@click.option("--dlq-joiner", default=dlq_topic("joiner"), show_default=True)
+@click.option("--rollouts-topic", default=JOINER.rollouts_topic, show_default=True)
+@click.option("--rewards-topic", default=JOINER.rewards_topic, show_default=True)
+@click.option("--dlq-late", default=JOINER.dlq_late, show_default=True)
+@click.option("--dlq-joiner", default=JOINER.dlq_joiner, show_default=True)
 @click.option(
     "--store",
-    default="memory://",
+    default=JOINER.store,
     show_default=True,
     help="faust table store; state is always recoverable from the changelog topics.",
 )
 @click.option(
     "--guarantee",
     type=click.Choice(["exactly_once", "at_least_once"]),
-    default="exactly_once",
+    default=JOINER.processing_guarantee,
     show_default=True,
     help="faust's processing guarantee. exactly_once: Kafka transactions (rewards, state and "
     "offsets commit together). at_least_once: a crash may re-emit rewards; their reward ids "
@@ -136,7 +136,7 @@ def _telemetry_topics(
 )
 @click.option(
     "--session-timeout-s",
-    default=60.0,
+    default=JOINER.session_timeout_s,
     show_default=True,
     type=click.FloatRange(min=6),
     help="Kafka group session timeout: how long a crashed worker's partitions wait.",
@@ -190,10 +190,9 @@ def process(
     # Imported here so `--help` does not load faust and the Kafka clients.
     import faust
 
-    from processors.joiner import JoinerConfig, JoinerStats, build_app
-    from processors.rewards.attribution import Windows
+    from processors.joiner.app import build_app
+    from processors.joiner.stats import JoinerStats
     from processors.rewards.functions import reward_functions
-    from processors.rewards.rollouts import GroupPolicy
     from streams.security import faust_credentials
 
     settings = Settings.from_env()
@@ -234,7 +233,7 @@ def process(
         metrics = start_metrics_server(
             metrics_port, service_registry(JoinerCollector(stats)), metrics_host
         )
-    except FlywheelError as exc:  # also when run as `python -m processors.joiner`
+    except FlywheelError as exc:  # also when run outside the CLI group (the crash-hook script)
         raise click.ClickException(str(exc)) from exc
 
     @app.timer(interval=status_every_s)  # type: ignore[untyped-decorator]  # faust: bare Callable

@@ -12,8 +12,9 @@ from rich.measure import Measurement
 
 from analytics.catalog import Catalog
 from analytics.output import FORMATS, Format, render_text, rich_table, write_file
-from analytics.query import list_views, resolve_lake, to_arrow
+from analytics.query import list_views, to_arrow
 from flywheel.console import out
+from flywheel.settings import Settings
 
 
 def _read_sql(sql: str | None, sql_file: Path | None) -> str:
@@ -93,7 +94,7 @@ def query(
 
       flywheel query --format parquet --out rewards.parquet "select * from rewards"
     """
-    catalog = Catalog(resolve_lake(lake))
+    catalog = Catalog(Settings.from_env().lake if lake is None else lake)
     if show_views:
         _print_views(catalog)
         return

@@ -1,6 +1,6 @@
-"""`flywheel serve`: one serving replica of a model, over HTTP (flywheel/serving_app.py).
+"""`flywheel serve`: one serving replica of a model, over HTTP (fleet/serving_app.py).
 
-The replica is a ``learner.serving.ModelSubscriber``: it follows ``models.channels``, verifies and
+The replica is a ``fleet.subscriber.ModelSubscriber``: it follows ``models.channels``, verifies and
 loads each version it is pointed at, and acks on ``models.acks``; until production points at a
 version it serves the simulator's v0 heuristic policy (the fallback).
 """
@@ -21,10 +21,10 @@ from flywheel.metrics import metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
-    from flywheel.serving_app import ServingMetrics
-    from learner.registry import ModelTopics
-    from learner.serving import ModelSubscriber
-    from simulator.policy import Policy
+    from fleet.serving_app import ServingMetrics
+    from fleet.subscriber import ModelSubscriber
+    from model_registry.registry import ModelTopics
+    from policies.policy import Policy
 
 DEFAULT_PORT = 8090
 DEFAULT_MODEL = "suggestion-gate"
@@ -44,16 +44,16 @@ def build_replica(
     topics: ModelTopics | None = None,
     poll_interval_s: float = 0.5,
 ) -> ModelSubscriber[Policy]:
-    """A subscriber serving ``model``: trained versions load with ``learner.policy.load_policy``
+    """A subscriber serving ``model``: trained versions load with ``policies.gate_net.load_policy``
     (a version that needs extra feature columns is rejected: this replica has no feature
     provider), the fallback is the heuristic v0 (the simulator's default policy). ``topics``:
     the registry's topics (default: the platform's). Raises ServingError when the channels
     topic is missing or the broker is unreachable."""
+    from fleet.subscriber import ModelSubscriber
     from flywheel.clients import codec
-    from learner.policy import load_policy
-    from learner.registry import DEFAULT_TOPICS, FALLBACK_VERSION
-    from learner.serving import ModelSubscriber
-    from simulator.policy import HeuristicPolicy
+    from model_registry.registry import DEFAULT_TOPICS, FALLBACK_VERSION
+    from policies.gate_net import load_policy
+    from policies.policy import HeuristicPolicy
 
     fallback = HeuristicPolicy(
         name=model, version=FALLBACK_VERSION, show_probability=fallback_show_probability
@@ -75,7 +75,7 @@ def follow(
 ) -> None:
     """Read the channels to their end (retrying while the broker is away), set ``caught_up``,
     then follow them in the replica's background thread until the replica is stopped."""
-    from learner.serving import ServingError
+    from fleet.errors import ServingError
 
     while not stop.is_set():
         try:
@@ -162,7 +162,7 @@ def serve(
     --metrics-port if set). Until a version is promoted the replica serves the heuristic v0.
     Stops on Ctrl-C or SIGTERM. See docs/models.md.
     """
-    from flywheel.serving_app import create_app
+    from fleet.serving_app import create_app
 
     settings = Settings.from_env()
     replica_id = replica_id or default_replica_id()

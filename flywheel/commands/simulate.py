@@ -12,13 +12,9 @@ import yaml
 
 from flywheel.clients import telemetry_client
 from flywheel.console import err, out
-from flywheel.metrics import (
-    SimulatorCollector,
-    metrics_endpoint,
-    metrics_options,
-    service_registry,
-)
+from flywheel.metrics import SimulatorCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
+from ground.metrics import service_registry
 from simulator import (
     DEFAULT_CONFIG_PATH,
     Fleet,

@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 
 from flywheel.console import err, out
-from flywheel.errors import FlywheelError
 from flywheel.logs import ensure_logging
-from flywheel.metrics import SinkCollector, metrics_endpoint, metrics_options, service_registry
+from flywheel.metrics import SinkCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from ground.errors import FlywheelError
+from ground.metrics import service_registry
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from streams.topics import dlq_topic
 
@@ -158,7 +159,7 @@ def sink(
                 until_caught_up=once,
                 progress_every_s=status_every_s,
             )
-    except FlywheelError as exc:  # also when run as `python -m processors.lake`, outside the CLI
+    except FlywheelError as exc:  # also when run as the crash-hook script, outside the CLI group
         raise click.ClickException(str(exc)) from exc
     out.print(
         f"sink stopped: {status.rows:,} rows in {status.files:,} files, "

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from policies.policy import Policy
 from simulator import Fleet, run_fleet
-from simulator.policy import Policy
 from streams.client import TelemetryClient
 
 _CHUNK_S = 1.0  # requests per run_fleet call = one second at the target rate

@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec, pseudonymizer, telemetry_client
 from flywheel.demo.fleet_driver import FleetDriver
 from flywheel.demo.measure import LiveVersions, Timeline, version_results
@@ -29,15 +30,15 @@ from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.settings import Settings
 from learner.config import LearnerConfig
 from learner.features import OnlineFeatureProvider
-from learner.policy import FeatureProvider, load_policy
-from learner.registry import DECIDED, ModelRegistry, VersionState
-from learner.serving import ModelSubscriber
+from model_registry.registry import DECIDED, ModelRegistry, VersionState
+from policies.gate_net import FeatureProvider, load_policy
+from policies.policy import Policy
 from schemas.records import decode_time
 from simulator import Fleet, build_policy, config_with_overrides, load_config
-from simulator.policy import Policy
 from streams.client import CLIENT_TOPICS
+from streams.errors import DecodeError
 from streams.lag import LagProbe
-from streams.serde import AvroCodec, DecodeError
+from streams.serde import AvroCodec
 
 SINK_GROUP = "flywheel.lake-sink"
 JOINER_GROUP = "flywheel.joiner"

@@ -6,13 +6,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from fleet.subscriber import Routed
 from flywheel.demo.results import TimelinePoint, VersionResult
 from learner.loop import WINDOW_LAST_EVENT_METRIC
-from learner.registry import DECIDED, VersionState
-from learner.serving import Routed
+from model_registry.registry import DECIDED, VersionState
+from policies.policy import Policy
 from schemas.enums import ModelEventType
 from simulator.ground_truth import GroundTruthSummary
-from simulator.policy import Policy
 
 
 class LiveVersions:

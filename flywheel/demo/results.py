@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 RESULTS_FILE = "results.json"
 LAKE_TABLE = "demo.results"

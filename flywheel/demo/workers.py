@@ -16,13 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.errors import FlywheelError
+from flywheel.errors import WorkerDied
 
 _TAIL_LINES = 15
-
-
-class WorkerDied(FlywheelError):
-    """A worker process exited while the demo still needed it."""
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,6 @@
 
 A thin faust adapter (`app.build_app`) over the pure logic in `processors.rewards`; see
 `docs/processors.md` for windows, watermark, lateness and guarantees.
+
+Import the pieces from their modules: `processors.joiner.config` (no faust), `.app` (faust).
 """
-
-from processors.joiner.app import JoinerConfig, build_app
-from processors.joiner.stats import JoinerStats
-
-__all__ = ["JoinerConfig", "JoinerStats", "build_app"]

@@ -8,14 +8,13 @@ produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
 from faust.types.auth import CredentialsT
 
+from processors.joiner.config import JoinerConfig
 from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
 from processors.joiner.outbox import Outbox
@@ -27,37 +26,7 @@ from processors.rewards.attribution import Windows
 from processors.rewards.functions import RewardFunction
 from processors.rewards.rollouts import GroupPolicy
 from streams.serde import AvroCodec
-from streams.topics import TELEMETRY_PARTITIONS, dlq_topic
-
-# Source topic → the platform topic whose schema decodes it (identity in production; tests and
-# mirrors read copies under other names).
-TELEMETRY_TOPICS: Mapping[str, str] = {
-    t: t
-    for t in ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
-}
-ROLLOUTS_TOPIC = "rollouts.results"
-
-
-@dataclass(frozen=True)
-class JoinerConfig:
-    """Everything `build_app` needs besides the reward logic's parameters."""
-
-    topics: Mapping[str, str] = field(default_factory=lambda: dict(TELEMETRY_TOPICS))
-    rollouts_topic: str = ROLLOUTS_TOPIC
-    rewards_topic: str = "rewards"
-    dlq_late: str = dlq_topic("late")
-    dlq_joiner: str = dlq_topic("joiner")
-    store: str = "memory://"
-    partitions: int = TELEMETRY_PARTITIONS
-    processing_guarantee: str = "exactly_once"  # or "at_least_once" (docs/processors.md)
-    session_timeout_s: float = 60.0  # a crashed worker's partitions are reassigned after this
-    producer: str = field(default_factory=lambda: f"joiner/{socket.gethostname()}")
-    batch_size: int = 2000  # records per joiner batch: state is written once per key per batch
-    batch_within_s: float = 0.05  # a partial batch is processed after this long
-    producer_linger_s: float = 0.005  # batches changelog and reward records into fewer requests
-    idle_s: float = 2.0  # an input without progress this long stops holding back attribution
-    datadir: str = "{conf.name}-data"  # faust's local folder (`{conf.name}`: the app id); its
-    # parent must exist
+from streams.topics import ROLLOUTS_TOPIC
 
 
 class TableState:

@@ -1,6 +1,6 @@
 """Errors the joiner's faust adapter raises on purpose; each message names the fix."""
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class JoinerError(FlywheelError):

@@ -56,7 +56,8 @@ from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
 from schemas.events import EVENT_TYPES, Event, Reward
 from schemas.records import encode_time
-from streams.serde import AvroCodec, DecodeError
+from streams.errors import DecodeError
+from streams.serde import AvroCodec
 
 # Outputs name the source record they derive from: the adapter writes them in the Kafka
 # transaction of that record's partition (processors/joiner/outbox.py).

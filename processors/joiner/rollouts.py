@@ -26,7 +26,8 @@ from processors.rewards.rollouts import GroupPolicy, group_advantages, group_com
 from schemas.errors import SchemaError
 from schemas.events import RolloutResult
 from schemas.records import encode_time
-from streams.serde import AvroCodec, DecodeError
+from streams.errors import DecodeError
+from streams.serde import AvroCodec
 
 
 def clock_key(partition: int) -> str:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from processors.lake.errors import RecordRejected
 from processors.lake.validation import RecordValidator
-from streams.serde import DecodeError
+from streams.errors import DecodeError
 
 # What a dead letter's `flywheel.cause` header can say.
 CAUSES = (

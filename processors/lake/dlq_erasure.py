@@ -22,7 +22,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processors.lake.erasure import ErasureError, UserKeys
+from processors.lake.erasure import UserKeys
+from processors.lake.errors import ErasureError
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from streams.topics import DLQ_STAGES, dlq_topic
 

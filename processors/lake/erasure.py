@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from processors.lake.errors import LakeError
+from processors.lake.errors import ErasureError
 from processors.lake.layout import scan_topic
 from processors.lake.writer import write_parquet_atomically
 from schemas.events import ErasureRecorded
@@ -43,10 +43,6 @@ USER_TOPICS = (
     "telemetry.suggestions", "rewards", "telemetry.outcomes", "telemetry.edits",
     "telemetry.tests", "features.updates",
 )  # fmt: skip
-
-
-class ErasureError(LakeError):
-    """An erasure or retention request that cannot be carried out as asked."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class LakeError(FlywheelError):
@@ -38,3 +38,7 @@ class RecordRejected(LakeError):
         super().__init__(message)
         self.cause = cause
         self.record = record
+
+
+class ErasureError(LakeError):
+    """An erasure or retention request that cannot be carried out as asked."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.durable import fsync_dir
+from ground.durable import fsync_dir
 from processors.lake.layout import temp_path
 
 COMPRESSION = "zstd"

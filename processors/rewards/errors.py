@@ -1,6 +1,6 @@
 """Errors the reward stage raises on purpose; each message says what was wrong and how to fix it."""
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 
 class RewardError(FlywheelError):

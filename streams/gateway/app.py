@@ -31,9 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from flywheel.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
-from flywheel.errors import FlywheelError
+from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
+from ground.errors import FlywheelError
 from schemas.events import Event
+from streams.errors import EventValidationError
 from streams.gateway.errors import (
     BodyTooLarge,
     EventRefused,
@@ -52,7 +53,6 @@ from streams.gateway.parsing import (
     media_type_of,
     parse_body,
 )
-from streams.serde import EventValidationError
 
 log = logging.getLogger("flywheel.gateway")
 
@@ -194,7 +194,7 @@ class _Gateway:
         return key
 
     async def _read_body(self, request: Request) -> bytes:
-        """The body (`flywheel.asgi.read_body`), its size observed; BodyTooLarge over the limit."""
+        """The body (`ground.asgi.read_body`), its size observed; BodyTooLarge over the limit."""
         try:
             body = await read_body(request, self._max_body_bytes)
         except BodyOverLimit as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 # Why one event was refused; also the `reason` label of the refusal metric (a bounded set).
 ReasonCode = Literal["malformed", "unknown_type", "invalid", "forbidden", "unavailable", "internal"]

@@ -49,7 +49,7 @@ class GatewayMetrics:
         return path if path in self._routes else "other"
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
-        """One HTTP request (``flywheel.asgi.RequestMetricsMiddleware`` calls it)."""
+        """One HTTP request (``ground.asgi.RequestMetricsMiddleware`` calls it)."""
         route = self.route_label(path)
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
-from flywheel.settings import StackPorts
 from streams.errors import StackError
+from streams.stack.ports import StackPorts
 from streams.stack.processes import ServiceProcess, log_tail
 
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from flywheel.settings import StackPorts
 from streams.errors import StackError
 from streams.stack import versions
 from streams.stack.artifacts import apicurio_app, java_executable, kafka_libs
 from streams.stack.kafka import KafkaBroker
+from streams.stack.ports import StackPorts
 from streams.stack.processes import port_in_use, port_open
 from streams.stack.registry import SchemaRegistryService, ccompat_url
 

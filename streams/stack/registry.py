@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from flywheel.settings import StackPorts
+from streams.stack.ports import StackPorts
 from streams.stack.processes import ServiceProcess
 
 CCOMPAT_PATH = "/apis/ccompat/v7"

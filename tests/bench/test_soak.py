@@ -21,7 +21,7 @@ from bench.soak_stats import (
     summarize_lag,
     summarize_memory,
 )
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 
 PHASES = schedule(300, 100)  # base 0-50, burst 50-100 at 200/s, recovery 100-300
 TS = [float(t) for t in range(0, 300, 2)]

@@ -18,7 +18,7 @@ from flywheel.cli import cli
 from flywheel.clients import codec
 from flywheel.demo.results import RESULTS_FILE, RunResults
 from flywheel.settings import Settings
-from learner.registry import ModelRegistry
+from model_registry.registry import ModelRegistry
 from schemas.enums import ModelEventType
 
 pytestmark = pytest.mark.integration

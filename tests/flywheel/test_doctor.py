@@ -11,13 +11,13 @@ from click.testing import CliRunner
 from flywheel.commands.doctor import doctor
 from flywheel.doctor import (
     CHECKS,
-    DoctorError,
     check_config,
     check_kafka,
     check_registry,
     public_url,
     run_checks,
 )
+from flywheel.errors import DoctorError
 
 
 def _closed_port() -> int:

@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from flywheel.logs import (
-    LoggingConfigError,
-    configure_logging,
-    env_secret_values,
-    json_logging,
-    secret_values,
-)
+from flywheel.errors import LoggingConfigError
+from flywheel.logs import configure_logging, env_secret_values, json_logging, secret_values
 from flywheel.settings import Settings
 
 SECRET = "hunter2-s3cr3t"

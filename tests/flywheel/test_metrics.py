@@ -17,20 +17,20 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from feature_store.processor import ProcessorStatus
+from fleet.metrics import ServingCollector
+from fleet.subscriber import ServedModel, ServingSnapshot
+from flywheel.errors import MetricsError
 from flywheel.metrics import (
     FeatureProcessorCollector,
     JoinerCollector,
     LearnerCollector,
-    MetricsError,
-    ServingCollector,
     SimulatorCollector,
     SinkCollector,
     metrics_options,
-    service_registry,
     start_metrics_server,
 )
-from learner.serving import ServedModel, ServingSnapshot
-from processors.joiner import JoinerStats
+from ground.metrics import service_registry
+from processors.joiner.stats import JoinerStats
 from processors.lake.status import SinkStatus
 from schemas.enums import Channel
 from streams.client import DeliveryStats
@@ -122,7 +122,7 @@ def test_learner_decisions_by_kind() -> None:
 
 @dataclass
 class Replica:
-    """The attributes of learner.serving.ModelSubscriber that ServingCollector reads."""
+    """The attributes of fleet.subscriber.ModelSubscriber that ServingCollector reads."""
 
     replica_id: str
     model_name: str = "gate"

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from flywheel.cli import cli
 from flywheel.clients import codec
 from flywheel.settings import Settings
-from learner.artifacts import publish_artifact
-from learner.registry import ModelRegistry
+from model_registry.artifacts import publish_artifact
+from model_registry.registry import ModelRegistry
 from schemas.enums import Channel, ModelEventType
 
 

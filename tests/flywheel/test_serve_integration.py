@@ -19,13 +19,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from fleet.serving_app import create_app
 from flywheel.clients import codec as make_codec
 from flywheel.commands.serve import build_replica, follow
-from flywheel.serving_app import create_app
 from flywheel.settings import Settings
-from learner.artifacts import publish_artifact
-from learner.policy import GatePolicyNet, save_policy
-from learner.registry import ACKS_TOPIC, CHANNELS_TOPIC, VERSIONS_TOPIC, ModelRegistry, ModelTopics
+from model_registry.artifacts import publish_artifact
+from model_registry.registry import (
+    ACKS_TOPIC,
+    CHANNELS_TOPIC,
+    VERSIONS_TOPIC,
+    ModelRegistry,
+    ModelTopics,
+)
+from policies.gate_net import GatePolicyNet, save_policy
 from streams.admin import TopicAdmin
 from streams.topics import topic
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.settings import MASK, Settings, SettingsError
+from flywheel.errors import SettingsError
+from flywheel.settings import MASK, Settings
 
 
 def test_defaults_use_the_local_stack_under_dot_flywheel() -> None:

@@ -10,7 +10,6 @@ import torch
 from learner.checkpoints import (
     LATEST_NAME,
     MARKER_NAME,
-    CheckpointError,
     CheckpointStore,
     find_resume_checkpoint,
     list_complete,
@@ -18,6 +17,7 @@ from learner.checkpoints import (
     read_trainer_state,
 )
 from learner.distributed import DistributedContext
+from learner.errors import CheckpointError
 
 SINGLE = DistributedContext(0, 1, 0, torch.device("cpu"), owns_group=False)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
+from learner.durations import Duration
 from learner.errors import LearnerError
 
 CONFIGS = sorted(DEFAULT_CONFIG_PATH.parent.glob("*.yaml"))
@@ -26,7 +27,7 @@ def test_a_partial_file_keeps_the_other_defaults(tmp_path: Path) -> None:
     path = tmp_path / "mine.yaml"
     path.write_text("train:\n  duration: 90s\ngate:\n  tolerance: 0.01\n")
     config = LearnerConfig.load(path)
-    assert config.train.duration == "90s" and config.gate.tolerance == 0.01
+    assert config.train.duration == Duration.parse("90s") and config.gate.tolerance == 0.01
     assert config.canary == LearnerConfig().canary
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from learner.durations import Duration, DurationError, Progress, Unit
+from learner.durations import Duration, Progress, Unit
+from learner.errors import DurationError
 
 
 @pytest.mark.parametrize(

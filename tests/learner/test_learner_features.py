@@ -12,12 +12,14 @@ from feature_store import OnlineFeatureStore, load_features
 from learner.config import LearnerConfig
 from learner.errors import LearnerError
 from learner.features import OnlineFeatureProvider, feature_columns, point_in_time_enrich
-from learner.offline import write_reward_lake
-from learner.policy import GateNetConfig, GatePolicyNet, ServingPolicy, load_policy, save_policy
+from learner.lake_rows import load_rows
 from learner.samples import RewardRows
-from learner.windows import build_window, load_rows
+from learner.windows import build_window
+from policies.errors import PolicyError
+from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy, load_policy, save_policy
+from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger
-from simulator.policy import RequestBatch
+from simulator.offline import write_reward_lake
 
 FN = "tab@1"
 NAMES = ("user.accept_rate_24h", "user_language.accept_rate_24h")
@@ -146,9 +148,9 @@ def test_serving_policy_with_a_feature_provider(tmp_path: Path) -> None:
     torch_w = net.linear.weight
     torch_w.data[0, 10] = 3.0  # P(show) grows with the user's accept rate
     save_policy(net, tmp_path / "p")
-    with pytest.raises(LearnerError, match="feature provider"):
+    with pytest.raises(PolicyError, match="feature provider"):
         load_policy(tmp_path / "p", "g", 1)
-    with pytest.raises(LearnerError, match="feature provider"):
+    with pytest.raises(PolicyError, match="feature provider"):
         ServingPolicy(net, "g", 1).show_probabilities(_batch(2))
     store = OnlineFeatureStore(load_features())
     rows, users, langs = _rows(200, 3)
@@ -158,7 +160,7 @@ def test_serving_policy_with_a_feature_provider(tmp_path: Path) -> None:
     batch = _batch(3, ("u1", "u2", "u3"))
     features = np.concatenate([batch.contexts, provider(batch)], axis=1)
     np.testing.assert_allclose(policy.show_probabilities(batch), policy.probabilities(features))
-    with pytest.raises(LearnerError, match="same features"):
+    with pytest.raises(PolicyError, match="same features"):
         ServingPolicy(net, "g", 1, features=OnlineFeatureProvider(store, NAMES[:1]))
 
 

@@ -8,10 +8,11 @@ import torch
 from torch import nn
 
 from learner.errors import LearnerError
-from learner.objective import GateObjective, ObjectiveConfig, TrainingTask, fit_reward_model
-from learner.offline import fit_offline
-from learner.policy import GatePolicyNet
+from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
 from learner.samples import RewardRows, rows_to_batch
+from learner.trainer import TrainingTask
+from policies.gate_net import GatePolicyNet
+from simulator.offline import fit_offline
 
 
 def _logged(n: int, seed: int = 0) -> tuple[RewardRows, np.ndarray]:

@@ -12,10 +12,10 @@ import numpy as np
 from learner.gate import GateConfig, OffPolicyGate
 from learner.holdout import HoldoutSplit
 from learner.objective import GateObjective, fit_reward_model
-from learner.offline import fit_offline, simulate_rewards
-from learner.policy import GatePolicyNet, ServingPolicy
 from learner.samples import RewardRows
+from policies.gate_net import GatePolicyNet, ServingPolicy
 from simulator import Fleet, HeuristicPolicy, Policy, SimulatorConfig, config_with_overrides
+from simulator.offline import fit_offline, simulate_rewards
 
 N_PER_VERSION = 6000
 

@@ -16,10 +16,9 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import tiny_training
 
 from learner.checkpoints import find_resume_checkpoint, load_model_state
-from learner.durations import DurationError
+from learner.errors import DurationError, MicrobatchError, TrainerConfigError
 from learner.loader import collate_columns, concat_rows, samples_of
-from learner.microbatch import MicrobatchError
-from learner.trainer import TrainerConfig, TrainerConfigError
+from learner.trainer import TrainerConfig
 
 
 @pytest.fixture(scope="module")

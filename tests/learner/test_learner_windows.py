@@ -14,11 +14,13 @@ import pytest
 
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
+from learner.lake_rows import load_rows
 from learner.loader import WindowStream
-from learner.offline import write_reward_lake
+from learner.replay import plan_streams
 from learner.samples import RewardRows, SampleSpec, collate_rows
 from learner.window_manifest import MANIFEST_NAME, read_manifest, write_manifest
-from learner.windows import build_window, load_rows, plan_streams
+from learner.windows import build_window
+from simulator.offline import write_reward_lake
 
 FN = "tab@1"
 

@@ -12,6 +12,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
+from policies.context import CONTEXT_DIM, CONTEXT_SPEC
 from schemas.enums import Decision, Outcome
 from schemas.events import (
     EditObserved,
@@ -29,7 +30,6 @@ from simulator import (
     SimulatorError,
     config_with_overrides,
 )
-from simulator.context import CONTEXT_DIM, CONTEXT_SPEC
 
 E = TypeVar("E", bound=Event)
 FleetRun = tuple[Fleet, list[Event]]  # the shared default_run fixture (conftest.py)

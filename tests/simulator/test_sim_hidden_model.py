@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from policies.context import CONTEXT_DIM, INDEX
 from schemas.enums import Decision, Outcome
 from schemas.events import Event, SuggestionOffered, SuggestionOutcome
 from simulator import Fleet, HeuristicPolicy, RequestBatch, SimulatorConfig, config_with_overrides
 from simulator.calibration import measure_calibration
 from simulator.config import HiddenModelConfig
-from simulator.context import CONTEXT_DIM, INDEX
 from simulator.hidden_model import HiddenModel
 
 FleetRun = tuple[Fleet, list[Event]]  # the shared default_run fixture (conftest.py)

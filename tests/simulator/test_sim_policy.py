@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from policies.context import CONTEXT_DIM
+from policies.errors import PolicyError
 from schemas.enums import SuggestionTrigger
 from simulator import POLICIES, HeuristicPolicy, RequestBatch, SimulatorError, build_policy, decide
 from simulator.config import PolicyConfig
-from simulator.context import CONTEXT_DIM
 
 
 def _batch(n: int) -> RequestBatch:
@@ -61,7 +62,7 @@ def test_heuristic_is_flat_version_zero() -> None:
     policy = HeuristicPolicy()
     assert (policy.name, policy.version) == ("suggestion-gate", 0)
     np.testing.assert_array_equal(policy.show_probabilities(_batch(3)), [0.95] * 3)
-    with pytest.raises(SimulatorError, match="show_probability"):
+    with pytest.raises(PolicyError, match="show_probability"):
         HeuristicPolicy(show_probability=1.2)
 
 

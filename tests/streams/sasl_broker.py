@@ -20,10 +20,11 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from flywheel.settings import Settings, StackPorts
+from flywheel.settings import Settings
 from streams.stack.artifacts import java_executable, kafka_libs
 from streams.stack.kafka import KafkaBroker
 from streams.stack.local import LocalStack
+from streams.stack.ports import StackPorts
 
 ADMIN = "admin"
 USERS = ("admin", "flywheel-svc", "reader")

@@ -16,7 +16,7 @@ from flywheel.clients import telemetry_client
 from flywheel.settings import Settings
 from schemas.events import Event
 from streams.client import CLIENT_TOPICS, ROUTES
-from streams.serde import EventValidationError
+from streams.errors import EventValidationError
 from streams.stack.local import LocalStack
 from tests.readback import end_offsets, read_events
 from tests.sample_events import offered, one_of_each

@@ -18,15 +18,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from flywheel.errors import FlywheelError
+from ground.errors import FlywheelError
 from streams import redaction
-from streams.privacy import (
-    PrivacyError,
-    Pseudonymizer,
-    Redaction,
-    apply_privacy,
-    redact_secrets,
-)
+from streams.errors import PrivacyError
+from streams.privacy import Pseudonymizer, Redaction, apply_privacy, redact_secrets
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits

@@ -18,8 +18,8 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from faust.types.auth import AuthProtocol, SASLMechanism
 
-from flywheel.errors import FlywheelError
 from flywheel.settings import Settings
+from ground.errors import FlywheelError
 from streams.errors import KafkaSecurityError
 from streams.security import aiokafka_kwargs, env_name, faust_credentials
 

@@ -35,8 +35,9 @@ from flywheel.clients import codec, telemetry_client
 from flywheel.commands.doctor import doctor
 from flywheel.doctor import run_checks
 from flywheel.settings import MASK, Settings
-from learner.artifacts import ArtifactRef
-from learner.registry import ModelRegistry, RegistryError
+from model_registry.artifacts import ArtifactRef
+from model_registry.errors import ModelRegistryError
+from model_registry.registry import ModelRegistry
 from schemas.enums import Channel
 from streams.admin import TopicAdmin
 from streams.security import aiokafka_kwargs, faust_credentials
@@ -145,7 +146,7 @@ def test_the_registry_publishes_and_a_reader_sees_the_pointer_but_cannot_publish
     reader = _settings(sasl, stack, tmp_path, READER)
     as_reader = ModelRegistry(reader.kafka_client_config(), codec(reader), timeout_s=20)
     assert as_reader.channels(model)[Channel.PRODUCTION].version == 1
-    with pytest.raises(RegistryError, match=r"(?i)authorization failed"):
+    with pytest.raises(ModelRegistryError, match=r"(?i)authorization failed"):
         as_reader.rollback(model, to_fallback=True)
     assert registry.channels(model)[Channel.PRODUCTION].version == 1
 

@@ -1,6 +1,7 @@
 import pytest
 
-from streams.serde import HEADER, DecodeError, schema_id_of
+from streams.errors import DecodeError
+from streams.serde import HEADER, schema_id_of
 
 
 def test_schema_id_is_read_from_the_header() -> None:

@@ -13,13 +13,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from flywheel.settings import Settings
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, schema_text, subject_for
 from schemas.events import EVENT_TYPES
-from streams.serde import (
-    COMPATIBILITY,
-    AvroCodec,
-    DecodeError,
-    EventValidationError,
-    RegistryError,
-)
+from streams.errors import DecodeError, EventValidationError, SchemaRegistryRequestError
+from streams.serde import COMPATIBILITY, AvroCodec
 from tests.sample_events import offered, one_of_each
 
 pytestmark = pytest.mark.integration
@@ -98,5 +93,7 @@ def test_an_incompatible_producer_is_refused_with_a_clear_error(
     changed = json.loads(schema_text("ReplicaAck"))
     changed["fields"].append({"name": "required_new", "type": "string", "doc": "no default"})
     monkeypatch.setattr("streams.serde.schema_text", lambda name: json.dumps(changed))
-    with pytest.raises(RegistryError, match=r"not BACKWARD_TRANSITIVE-compatible.*defaults"):
+    with pytest.raises(
+        SchemaRegistryRequestError, match=r"not BACKWARD_TRANSITIVE-compatible.*defaults"
+    ):
         AvroCodec.for_url(stack.registry_url).register("models.acks")

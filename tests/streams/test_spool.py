@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.spool import Spool, SpooledEvent, SpoolError
+from streams.errors import SpoolError
+from streams.spool import Spool, SpooledEvent
 
 
 def _events(n: int, start: int = 0) -> list[SpooledEvent]:

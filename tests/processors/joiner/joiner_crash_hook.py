@@ -1,4 +1,4 @@
-"""`python -m processors.joiner` with a crash hook, for the targeted crash tests.
+"""`flywheel process` with a crash hook, for the targeted crash tests.
 
 Run as a script: ``python tests/processors/joiner/joiner_crash_hook.py MODE REWARDS ARGS...``.
 It wraps faust's `TransactionManager.commit` (the exactly_once commit: consumer offsets sent to

@@ -29,13 +29,13 @@ from schemas.events import (
 )
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
-from streams.topics import TopicSpec
+from streams.topics import TELEMETRY_TOPICS, TopicSpec
 from tests.sample_events import PRODUCER, offered
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-TELEMETRY = ("telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests")
+TELEMETRY = TELEMETRY_TOPICS
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
@@ -75,11 +75,11 @@ def topics(stack: Settings, unique: str) -> Topics:
 
 
 class Worker:
-    """`python -m processors.joiner` with tiny windows: deadline = offer + 2 s, lateness 1 s."""
+    """`python -m flywheel process` with tiny windows: deadline = offer + 2 s, lateness 1 s."""
 
     def __init__(self, settings: Settings, topics: Topics, app_id: str, log: Path) -> None:
         self.cmd = [
-            sys.executable, "-m", "processors.joiner", *topics.args(), "--app-id", app_id,
+            sys.executable, "-m", "flywheel", "process", *topics.args(), "--app-id", app_id,
             "--outcome-window-s", "2", "--edits-window-s", "2", "--tests-window-s", "2",
             "--allowed-lateness-s", "1", "--group-size", "3", "--session-timeout-s", "6",
             "--status-every-s", "1", "--once-idle-s", "60", "--idle-s", "0",

@@ -1,6 +1,6 @@
 """Exactly once under crashes: SIGKILL the sink at random moments while events arrive.
 
-The sink runs as `python -m processors.lake` (the `flywheel sink` command). While a producer
+The sink runs as `python -m flywheel sink`. While a producer
 writes 20k events, the sink is killed several times and restarted; a last `--once` run drains
 the rest. Then the lake must hold every event exactly once, per partition the files must tile
 the log, and no reader may ever have seen a partial or temporary file.
@@ -76,7 +76,7 @@ class LakeWatcher(threading.Thread):
 
 def sink_command(topic: str, lake: Path, dlq: str, *, once: bool = False) -> list[str]:
     return [
-        sys.executable, "-m", "processors.lake", "--topics", topic, "--lake", str(lake),
+        sys.executable, "-m", "flywheel", "sink", "--topics", topic, "--lake", str(lake),
         "--decode-as", f"{topic}=telemetry.suggestions", "--group", f"{topic}.sink",
         "--instance-id", f"{topic}.sink-1", "--dlq-topic", dlq, "--max-rows", "1500",
         "--max-age-s", "0.3", "--status-every-s", "1", *(["--once"] if once else []),

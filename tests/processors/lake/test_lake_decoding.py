@@ -13,7 +13,7 @@ from processors.lake.decoding import CAUSES, RecordDecoder
 from processors.lake.errors import RecordRejected
 from processors.lake.validation import RecordValidator
 from schemas.catalog import load_schema, parsed_schema
-from streams.serde import DecodeError
+from streams.errors import DecodeError
 from tests.sample_events import offered
 
 SUGGESTION_FIELDS = tuple(f["name"] for f in load_schema("SuggestionOffered")["fields"])

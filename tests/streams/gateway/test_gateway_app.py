@@ -16,9 +16,9 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from schemas.events import Event
+from streams.errors import EventValidationError
 from streams.gateway.app import create_app
 from streams.gateway.keys import ApiKeyStore
-from streams.serde import EventValidationError
 from tests.sample_events import one_of_each
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.settings import StackPorts
 from streams.errors import StackError
 from streams.stack import artifacts
 from streams.stack.kafka import format_args, new_cluster_id, server_properties
 from streams.stack.local import LocalStack
+from streams.stack.ports import StackPorts
 from streams.stack.processes import ServiceProcess, log_tail, port_in_use
 
 

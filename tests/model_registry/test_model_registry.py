@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from learner.registry import NO_WINDOW, channel_key, fold_versions
+from model_registry.registry import NO_WINDOW, channel_key, fold_versions
 from schemas.enums import Channel, ModelEventType
 from schemas.events import ModelVersionEvent
 

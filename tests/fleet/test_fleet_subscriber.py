@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from learner.serving import ServingSnapshot, canary_bucket
+from fleet.subscriber import ServingSnapshot, canary_bucket
 from schemas.enums import Channel
 
 

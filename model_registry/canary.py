@@ -22,7 +22,8 @@ import duckdb
 import numpy as np
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from streams.serde import AvroCodec, DecodeError
+from streams.errors import DecodeError
+from streams.serde import AvroCodec
 
 REWARDS_TOPIC = "rewards"
 

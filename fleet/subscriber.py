@@ -31,31 +31,27 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from flywheel.errors import FlywheelError
-from learner.artifacts import verify_artifact
-from learner.errors import LearnerError
-from learner.registry import (
+from fleet.errors import ServingError
+from ground.errors import FlywheelError
+from model_registry.artifacts import verify_artifact
+from model_registry.registry import (
     ACKS_TOPIC,
     CHANNELS_TOPIC,
     DEFAULT_TOPICS,
     FALLBACK_VERSION,
-    EventProducer,
     ModelTopics,
-    RegistryError,
     channel_key,
 )
 from schemas.enums import Channel, ReplicaState
 from schemas.events import ChannelPointer, ReplicaAck
+from streams.errors import TopicIOError
 from streams.serde import AvroCodec
+from streams.topic_io import EventProducer
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 SERVED_CHANNELS = (Channel.PRODUCTION, Channel.CANARY)  # production first: a canary may reuse it
 _BUCKETS = float(1 << 64)
-
-
-class ServingError(LearnerError):
-    """The subscriber cannot follow the channels (topic missing, broker unreachable)."""
 
 
 @dataclass(frozen=True)
@@ -363,7 +359,7 @@ class ModelSubscriber(Generic[T]):
         else:
             serving = self._fallback_version if pointer.channel is Channel.PRODUCTION else None
         ack = ReplicaAck(
-            producer=f"learner.serving/{self.replica_id}",
+            producer=f"fleet.subscriber/{self.replica_id}",
             replica_id=self.replica_id,
             model_name=self.model_name,
             version=pointer.version,
@@ -378,7 +374,7 @@ class ModelSubscriber(Generic[T]):
     def _flush_acks(self) -> None:
         try:
             self._acks.flush()
-        except RegistryError as exc:  # an ack is a report: losing one must not stop serving
+        except TopicIOError as exc:  # an ack is a report: losing one must not stop serving
             self.ack_failures += 1
             log.warning("replica %s: acks not delivered: %s", self.replica_id, exc)
 

@@ -36,15 +36,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from flywheel.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
-from flywheel.errors import FlywheelError
-from flywheel.metrics import ServingCollector, service_registry
+from fleet.errors import DecideRequestError
+from fleet.metrics import ServingCollector
+from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
+from ground.metrics import service_registry
+from policies.context import CONTEXT_DIM, CONTEXT_SPEC
+from policies.policy import Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
-from simulator.context import CONTEXT_DIM, CONTEXT_SPEC
-from simulator.policy import Policy, RequestBatch
 
 if TYPE_CHECKING:
-    from learner.serving import ModelSubscriber, Routed, ServingSnapshot
+    from fleet.subscriber import ModelSubscriber, Routed, ServingSnapshot
 
 DECIDE_PATH = "/v1/decide"
 MODELS_PATH = "/v1/models"
@@ -54,16 +55,8 @@ ROUTES = (DECIDE_PATH, MODELS_PATH, HEALTH_PATH, METRICS_PATH)
 MAX_USER_ID_CHARS = 256
 
 
-class DecideRequestError(FlywheelError):
-    """A decide request the replica cannot answer; ``status`` is the HTTP status to send."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class ServingReplica(Protocol):
-    """What the app reads from a replica (``learner.serving.ModelSubscriber[Policy]``)."""
+    """What the app reads from a replica (``fleet.subscriber.ModelSubscriber[Policy]``)."""
 
     model_name: str
     replica_id: str
@@ -142,7 +135,7 @@ def _is_number(value: Any) -> bool:
 
 def policy_input(policy: Policy) -> tuple[str, int]:
     """(context spec, context width) ``policy`` scores: a trained policy states them in its
-    ``config`` (``learner.policy.GateNetConfig``); the heuristic takes the simulator's layout."""
+    ``config`` (``policies.gate_net.GateNetConfig``); the heuristic takes the simulator's layout."""
     config = getattr(policy, "config", None)
     spec = getattr(config, "context_spec", CONTEXT_SPEC)
     dim = getattr(config, "context_dim", CONTEXT_DIM)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from learner.artifacts import (
+from model_registry.artifacts import (
     MANIFEST,
-    ArtifactError,
     ArtifactRef,
     path_of_uri,
     publish_artifact,
     verify_artifact,
 )
+from model_registry.errors import ArtifactError
 
 
 def _model_files(root: Path, weights: bytes = b"\x00\x01weights") -> Path:

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from learner.canary import cuped_adjust, user_baselines
 from learner.gate import CanaryVerdict, canary_decision
+from model_registry.canary import cuped_adjust, user_baselines
 
 
 def _arms(effect: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

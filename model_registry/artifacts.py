@@ -21,16 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from flywheel.durable import fsync_dir, fsync_file
-from learner.errors import LearnerError
+from ground.durable import fsync_dir, fsync_file
+from model_registry.errors import ArtifactError
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "flywheel-artifact@1"
 _CHUNK_BYTES = 1 << 20
-
-
-class ArtifactError(LearnerError):
-    """An artifact is missing, incomplete, tampered with, or cannot be published."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ def path_of_uri(uri: str) -> Path:
     if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
         raise ArtifactError(
             f"artifact URI {uri!r} is not a local file:// URI; only file:// artifacts are "
-            "supported (publish with learner.artifacts.publish_artifact)"
+            "supported (publish with model_registry.artifacts.publish_artifact)"
         )
     return Path(unquote(parsed.path))
 

@@ -16,22 +16,19 @@ the history, it does not reserve a number.
 from __future__ import annotations
 
 import dataclasses
-import socket
-import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-
-from learner.artifacts import ArtifactRef
-from learner.errors import LearnerError
+from model_registry.artifacts import ArtifactRef
+from model_registry.errors import ModelRegistryError
 from schemas.enums import Channel, ModelEventType
 from schemas.events import ChannelPointer, ModelVersionEvent, TrainingWindow
 from schemas.records import new_event_id, now_ms
+from streams.errors import TopicIOError
 from streams.serde import AvroCodec
+from streams.topic_io import EventProducer, KeyedValue, default_producer_id, read_to_end
 
 VERSIONS_TOPIC = "models.versions"
 CHANNELS_TOPIC = "models.channels"
@@ -45,10 +42,6 @@ NO_WINDOW = TrainingWindow(mds_dataset="", mds_windows=(), lake_ranges=())
 DECIDED = frozenset(
     {ModelEventType.PROMOTED, ModelEventType.GATE_FAILED, ModelEventType.ROLLED_BACK}
 )
-
-
-class RegistryError(LearnerError):
-    """The registry cannot do what was asked (unknown version, nothing to roll back, Kafka)."""
 
 
 @dataclass(frozen=True)
@@ -70,132 +63,6 @@ DEFAULT_TOPICS = ModelTopics()
 def channel_key(model_name: str, channel: Channel) -> str:
     """The ``models.channels`` record key: ``<model_name>:<channel in lower case>``."""
     return f"{model_name}:{channel.value.lower()}"
-
-
-def default_producer_id(component: str) -> str:
-    """``<component>/<host>``, the ``producer`` field of events this process emits."""
-    return f"{component}/{socket.gethostname()}"
-
-
-class EventProducer:
-    """An idempotent producer (acks=all, murmur2 partitioner, DESIGN §3) with checked delivery."""
-
-    def __init__(self, kafka_config: Mapping[str, str], *, timeout_s: float = 30.0) -> None:
-        self._timeout_s = timeout_s
-        self._producer = Producer(
-            {
-                **kafka_config,
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "linger.ms": 0,
-            }
-        )
-        self._failures: list[str] = []
-        self._pending = 0
-
-    def send(self, topic: str, key: str, value: bytes | None) -> None:
-        """Queue a record (``value`` None: a tombstone); :meth:`flush` confirms it."""
-        self._pending += 1
-        self._producer.produce(topic, value, key.encode(), on_delivery=self._delivered)
-        self._producer.poll(0)
-
-    def flush(self) -> None:
-        """Return once every queued record is acknowledged; RegistryError if one failed."""
-        if self._pending:
-            self._producer.flush(self._timeout_s)
-        failures, self._failures = self._failures, []
-        if failures:
-            raise RegistryError(
-                f"{len(failures)} record(s) were refused: {failures[0]}; check that the "
-                "models.* topics exist (`flywheel topics create`) and the broker is up"
-            )
-        if self._pending:
-            raise RegistryError(
-                f"{self._pending} record(s) not acknowledged within {self._timeout_s:.0f}s; "
-                "is the broker up? (`flywheel stack status`)"
-            )
-
-    def _delivered(self, error: KafkaError | None, _message: Message) -> None:
-        self._pending -= 1
-        if error is not None:
-            self._failures.append(str(error))
-
-
-KeyedValue = tuple[bytes | None, bytes | None]
-
-
-def read_to_end(
-    kafka_config: Mapping[str, str],
-    topic: str,
-    *,
-    keep: Callable[[bytes | None], bool],
-    timeout_s: float = 30.0,
-) -> list[KeyedValue]:
-    """Every (key, value) of ``topic`` whose key ``keep`` accepts, from the beginning to the
-    end offsets at the time of the call, in offset order per partition.
-
-    Raises RegistryError when the topic does not exist or the read does not finish in time.
-    """
-    consumer = Consumer(
-        {
-            **kafka_config,
-            "group.id": f"_flywheel.registry-reader.{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "log_level": 4,
-        }
-    )
-    try:
-        ends = _assign_from_beginning(consumer, topic, timeout_s)
-        records: list[KeyedValue] = []
-        deadline = time.monotonic() + timeout_s
-        while ends:
-            if time.monotonic() > deadline:
-                raise RegistryError(f"reading {topic} did not finish within {timeout_s:.0f}s")
-            first = consumer.poll(0.2)
-            batch = [first, *consumer.consume(500, timeout=0)] if first is not None else []
-            for message in batch:
-                partition = message.partition() or 0
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends.pop(partition, None)
-                        continue
-                    raise RegistryError(f"reading {topic} failed: {error}")
-                offset = message.offset() or 0
-                end = ends.get(partition)
-                if end is None or offset >= end:
-                    continue  # written after the read began
-                if keep(message.key()):
-                    records.append((message.key(), message.value()))
-                if offset >= end - 1:
-                    ends.pop(partition)
-        return records
-    finally:
-        consumer.close()
-
-
-def _assign_from_beginning(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
-    """Assign every non-empty partition of ``topic`` from its low watermark; partition → end."""
-    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise RegistryError(
-            f"topic {topic} does not exist; create the platform's topics with "
-            "`flywheel topics create` (or `flywheel stack up`)"
-        )
-    ends: dict[int, int] = {}
-    assignment: list[TopicPartition] = []
-    for partition in sorted(metadata.partitions):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=False
-        )
-        if high > low:
-            ends[partition] = high
-            assignment.append(TopicPartition(topic, partition, low))
-    if assignment:
-        consumer.assign(assignment)
-    return ends
 
 
 @dataclass(frozen=True)
@@ -239,7 +106,7 @@ class ModelRegistry:
 
     ``kafka_config`` is a confluent-kafka client configuration (``Settings.kafka_client_config()``)
     and ``codec`` the platform's Avro codec. Every write returns once the broker acknowledged it
-    and raises RegistryError otherwise. Not thread-safe: use one per thread.
+    and raises ModelRegistryError otherwise. Not thread-safe: use one per thread.
     """
 
     def __init__(
@@ -253,7 +120,7 @@ class ModelRegistry:
     ) -> None:
         self._kafka_config = dict(kafka_config)
         self._codec = codec
-        self._producer_id = producer or default_producer_id("learner.registry")
+        self._producer_id = producer or default_producer_id("model_registry.registry")
         self.topics = topics
         self._timeout_s = timeout_s
         self._out = EventProducer(kafka_config, timeout_s=timeout_s)
@@ -263,9 +130,7 @@ class ModelRegistry:
     def history(self, model_name: str) -> list[ModelVersionEvent]:
         """Every event of ``model_name``, in log order, deduplicated by ``event_id``."""
         key = model_name.encode()
-        records = read_to_end(
-            self._kafka_config, self.topics.versions, keep=key.__eq__, timeout_s=self._timeout_s
-        )
+        records = self._read(self.topics.versions, key.__eq__)
         seen: set[str] = set()
         events: list[ModelVersionEvent] = []
         for _, value in records:
@@ -282,7 +147,7 @@ class ModelRegistry:
         return fold_versions(self.history(model_name))
 
     def version(self, model_name: str, version: int) -> VersionState:
-        """One version's state; RegistryError naming the known versions if it is unknown."""
+        """One version's state; ModelRegistryError naming the known versions if it is unknown."""
         return _known(self.versions(model_name), model_name, version)
 
     def next_version(self, model_name: str) -> int:
@@ -292,11 +157,8 @@ class ModelRegistry:
     def channels(self, model_name: str) -> dict[Channel, ChannelPointer]:
         """Where each channel of ``model_name`` points now; absent channels point nowhere."""
         prefix = f"{model_name}:".encode()
-        records = read_to_end(
-            self._kafka_config,
-            self.topics.channels,
-            keep=lambda key: key is not None and key.startswith(prefix),
-            timeout_s=self._timeout_s,
+        records = self._read(
+            self.topics.channels, lambda key: key is not None and key.startswith(prefix)
         )
         pointers: dict[Channel, ChannelPointer] = {}
         by_key = {channel_key(model_name, c).encode(): c for c in Channel}
@@ -326,11 +188,11 @@ class ModelRegistry:
         reason: str | None = None,
     ) -> ModelVersionEvent:
         """Emit REGISTERED for a new version (``next_version`` unless given) and point the
-        candidate channel at it. RegistryError if ``version`` is already registered."""
+        candidate channel at it. ModelRegistryError if ``version`` is already registered."""
         versions = self.versions(model_name)
         number = version if version is not None else max(versions, default=0) + 1
         if number in versions or number < 1:
-            raise RegistryError(
+            raise ModelRegistryError(
                 f"{model_name} version {number} is already registered or below 1; register "
                 f"under the next version, {max(versions, default=0) + 1}"
             )
@@ -349,7 +211,7 @@ class ModelRegistry:
         )
         self._emit(event)
         self._point(event, Channel.CANDIDATE, 0.0)
-        self._out.flush()
+        self._flush()
         return event
 
     def record_step(
@@ -366,7 +228,7 @@ class ModelRegistry:
         state = self.version(model_name, version)
         event = self._step(state, event_type, reason, **changes)
         self._emit(event)
-        self._out.flush()
+        self._flush()
         return event
 
     def start_canary(
@@ -374,14 +236,14 @@ class ModelRegistry:
     ) -> ChannelPointer:
         """Emit CANARY_STARTED and route ``traffic_fraction`` (in (0, 1]) of users to it."""
         if not 0.0 < traffic_fraction <= 1.0:
-            raise RegistryError(
+            raise ModelRegistryError(
                 f"canary traffic fraction {traffic_fraction} is outside (0, 1]; e.g. 0.1 routes "
                 "10% of users to the canary"
             )
         event = self._step(self.version(model_name, version), ModelEventType.CANARY_STARTED, reason)
         self._emit(event)
         pointer = self._point(event, Channel.CANARY, traffic_fraction)
-        self._out.flush()
+        self._flush()
         return pointer
 
     def promote(
@@ -392,7 +254,7 @@ class ModelRegistry:
         self._emit(event)
         pointer = self._point(event, Channel.PRODUCTION, 1.0)
         self._clear(model_name, Channel.CANARY)
-        self._out.flush()
+        self._flush()
         return pointer
 
     def rollback(
@@ -402,11 +264,11 @@ class ModelRegistry:
 
         With ``to_fallback``, a version with no registered parent is rolled back to the
         fallback (version 0: the production channel is cleared) and None is returned.
-        RegistryError when nothing is in production or there is no parent to return to.
+        ModelRegistryError when nothing is in production or there is no parent to return to.
         """
         production = self.channels(model_name).get(Channel.PRODUCTION)
         if production is None:
-            raise RegistryError(
+            raise ModelRegistryError(
                 f"{model_name} has no production version to roll back: it serves the fallback "
                 f"(version {FALLBACK_VERSION}); promote a version with `flywheel models promote`"
             )
@@ -414,7 +276,7 @@ class ModelRegistry:
         current = _known(versions, model_name, production.version)
         parent = current.parent_version
         if (parent is None or parent not in versions) and not to_fallback:
-            raise RegistryError(
+            raise ModelRegistryError(
                 f"{model_name} version {current.version} has no registered parent to roll back "
                 f"to; promote another version (`flywheel models promote <version>`) or return "
                 f"to the fallback v{FALLBACK_VERSION} (`flywheel models rollback --to-fallback`)"
@@ -423,21 +285,23 @@ class ModelRegistry:
         self._emit(self._step(current, ModelEventType.ROLLED_BACK, why))
         if parent is None or parent not in versions:
             self._clear(model_name, Channel.PRODUCTION)
-            self._out.flush()
+            self._flush()
             return None
         pointer = self._point(versions[parent].latest, Channel.PRODUCTION, 1.0)
-        self._out.flush()
+        self._flush()
         return pointer
 
     def stop_canary(self, model_name: str, *, reason: str | None = None) -> int:
         """Emit ROLLED_BACK for the canary version and clear the canary; returns its version."""
         canary = self.channels(model_name).get(Channel.CANARY)
         if canary is None:
-            raise RegistryError(f"{model_name} has no canary to stop; see `flywheel models list`")
+            raise ModelRegistryError(
+                f"{model_name} has no canary to stop; see `flywheel models list`"
+            )
         state = self.version(model_name, canary.version)
         self._emit(self._step(state, ModelEventType.ROLLED_BACK, reason or "canary stopped"))
         self._clear(model_name, Channel.CANARY)
-        self._out.flush()
+        self._flush()
         return canary.version
 
     def _step(
@@ -452,6 +316,20 @@ class ModelRegistry:
             reason=reason,
             **changes,
         )
+
+    def _read(self, topic: str, keep: Callable[[bytes | None], bool]) -> list[KeyedValue]:
+        try:
+            return read_to_end(self._kafka_config, topic, keep=keep, timeout_s=self._timeout_s)
+        except TopicIOError as exc:
+            raise ModelRegistryError(str(exc)) from exc
+
+    def _flush(self) -> None:
+        try:
+            self._out.flush()
+        except TopicIOError as exc:
+            raise ModelRegistryError(
+                f"{exc} (the registry writes {self.topics.versions} and {self.topics.channels})"
+            ) from exc
 
     def _emit(self, event: ModelVersionEvent) -> None:
         value = self._codec.encode_event(VERSIONS_TOPIC, event)
@@ -482,7 +360,7 @@ def _known(versions: Mapping[int, VersionState], model_name: str, version: int) 
     state = versions.get(version)
     if state is None:
         known = ", ".join(str(v) for v in versions) or "none yet"
-        raise RegistryError(
+        raise ModelRegistryError(
             f"{model_name} has no version {version} (registered: {known}); "
             "see `flywheel models list`"
         )

@@ -21,8 +21,8 @@ import torch
 
 from learner.errors import LearnerError
 from learner.objective import GateObjective
-from learner.policy import GatePolicyNet
 from learner.samples import RewardRows, rows_to_batch
+from policies.gate_net import GatePolicyNet
 from processors.lake.arrow_schema import arrow_schema
 from processors.lake.layout import file_path, hour_of_ms
 from processors.lake.writer import write_parquet_atomically
@@ -185,7 +185,7 @@ def write_reward_lake(
     values: dict[str, pa.Array | list[object]] = {
         "event_id": [str(uuid.uuid4()) for _ in range(n)],
         "event_time": event_time,
-        "producer": ["learner.offline/0"] * n,
+        "producer": ["simulator.offline/0"] * n,
         "reward_id": [f"{s}:{reward_fn}" for s in rows.source_id],
         "source": ["SUGGESTION"] * n,
         "source_id": list(rows.source_id),

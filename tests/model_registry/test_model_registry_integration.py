@@ -9,14 +9,14 @@ import pytest
 
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.artifacts import ArtifactRef, publish_artifact
-from learner.registry import (
+from model_registry.artifacts import ArtifactRef, publish_artifact
+from model_registry.errors import ModelRegistryError
+from model_registry.registry import (
     ACKS_TOPIC,
     CHANNELS_TOPIC,
     VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
-    RegistryError,
 )
 from schemas.enums import Channel, ModelEventType
 from streams.admin import TopicAdmin
@@ -75,10 +75,10 @@ def test_history_versions_and_next_version(registry: ModelRegistry, tmp_path: Pa
     assert versions[1].latest.metrics == {"train_loss": 0.5}
     assert registry.next_version("gate") == 3 and registry.next_version("other") == 2
     assert registry.channels("gate")[Channel.CANDIDATE].version == 2
-    with pytest.raises(RegistryError, match="already registered"):
+    with pytest.raises(ModelRegistryError, match="already registered"):
         registry.register("gate", publish(tmp_path, 4, 0.4), parent_version=1,
                           reward_fn="tab@1", version=2)  # fmt: skip
-    with pytest.raises(RegistryError, match=r"no version 9 \(registered: 1, 2\)"):
+    with pytest.raises(ModelRegistryError, match=r"no version 9 \(registered: 1, 2\)"):
         registry.record_step("gate", 9, ModelEventType.GATE_FAILED)
 
 
@@ -88,7 +88,7 @@ def test_promote_canary_and_rollback_move_the_pointers(
     for version, parent in ((1, None), (2, 1), (3, 2)):
         registry.register("gate", publish(tmp_path, version, version / 10),
                           parent_version=parent, reward_fn="tab@1")  # fmt: skip
-    with pytest.raises(RegistryError, match="no production version"):
+    with pytest.raises(ModelRegistryError, match="no production version"):
         registry.rollback("gate")
     registry.promote("gate", 1)
     canary = registry.start_canary("gate", 2, 0.2)
@@ -108,17 +108,17 @@ def test_promote_canary_and_rollback_move_the_pointers(
     assert registry.version("gate", 2).status is ModelEventType.PROMOTED
 
     assert registry.rollback("gate") is not None  # 2 → 1
-    with pytest.raises(RegistryError, match="no registered parent"):
+    with pytest.raises(ModelRegistryError, match="no registered parent"):
         registry.rollback("gate")
     assert registry.rollback("gate", to_fallback=True) is None
     assert Channel.PRODUCTION not in registry.channels("gate")
-    with pytest.raises(RegistryError, match="outside"):
+    with pytest.raises(ModelRegistryError, match="outside"):
         registry.start_canary("gate", 2, 0.0)
 
 
 def test_stop_canary_rolls_the_canary_back(registry: ModelRegistry, tmp_path: Path) -> None:
     registry.register("gate", publish(tmp_path, 1, 0.1), parent_version=None, reward_fn="tab@1")
-    with pytest.raises(RegistryError, match="no canary"):
+    with pytest.raises(ModelRegistryError, match="no canary"):
         registry.stop_canary("gate")
     registry.start_canary("gate", 1, 0.5)
     assert registry.stop_canary("gate", reason="worse online") == 1

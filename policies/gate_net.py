@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from learner.errors import LearnerError
-from simulator.context import CONTEXT_DIM, CONTEXT_SPEC
-from simulator.policy import RequestBatch
+from policies.context import CONTEXT_DIM, CONTEXT_SPEC
+from policies.errors import PolicyError
+from policies.policy import RequestBatch
 
 POLICY_KIND = "gate-mlp@1"
 WEIGHTS_NAME = "policy.pt"
@@ -65,7 +65,7 @@ class GateNetConfig:
 
     def __post_init__(self) -> None:
         if self.context_dim < 1 or self.hidden < 0 or not 0.0 <= self.floor < 0.5:
-            raise LearnerError(
+            raise PolicyError(
                 f"gate config context_dim={self.context_dim}, hidden={self.hidden}, "
                 f"floor={self.floor}: need context_dim >= 1, hidden >= 0, floor in [0, 0.5)."
             )
@@ -101,7 +101,7 @@ class GatePolicyNet(nn.Module):
         """Store mean and scale of ``features`` (n, input_dim); constant columns get scale 1."""
         x = np.asarray(features, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.config.input_dim or len(x) == 0:
-            raise LearnerError(
+            raise PolicyError(
                 f"standardisation needs (n >= 1, {self.config.input_dim}) features, got {x.shape}."
             )
         std = x.std(axis=0)
@@ -133,13 +133,13 @@ class ServingPolicy:
         features: FeatureProvider | None = None,
     ) -> None:
         """``features`` supplies the extra columns a net trained with them needs at serving
-        (:meth:`show_probabilities`); LearnerError when its columns differ from the net's (a net
+        (:meth:`show_probabilities`); PolicyError when its columns differ from the net's (a net
         without extra columns ignores it).
         Without one such a net still scores logged feature rows (:meth:`probabilities`, what the
         off-policy gate uses), but :meth:`show_probabilities` raises."""
         extra = net.config.extra_columns
         if features is not None and extra and tuple(features.columns) != extra:
-            raise LearnerError(
+            raise PolicyError(
                 f"policy {name} v{version} was trained with extra columns "
                 f"{net.config.extra_columns}, the feature provider gives {features.columns}; "
                 "serve it with a provider of the same features, in the same order."
@@ -166,11 +166,11 @@ class ServingPolicy:
         return self._version
 
     def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
-        """P(show) per request, in [floor, 1 - floor]; LearnerError for a wrong context width,
+        """P(show) per request, in [floor, 1 - floor]; PolicyError for a wrong context width,
         or for a net with extra columns served without a feature provider."""
         x = np.asarray(batch.contexts, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.config.context_dim:
-            raise LearnerError(
+            raise PolicyError(
                 f"contexts have shape {x.shape}, policy {self._name} v{self._version} expects "
                 f"(n, {self.config.context_dim}) under {self.config.context_spec}."
             )
@@ -180,10 +180,10 @@ class ServingPolicy:
 
     def _extra(self, batch: RequestBatch, n: int) -> np.ndarray:
         if self._features is None:
-            raise LearnerError(_needs_provider(self._name, self._version, self.config))
+            raise PolicyError(_needs_provider(self._name, self._version, self.config))
         extra = np.asarray(self._features(batch), dtype=np.float32)
         if extra.shape != (n, len(self.config.extra_columns)):
-            raise LearnerError(
+            raise PolicyError(
                 f"the feature provider returned {extra.shape} for {n} requests; policy "
                 f"{self._name} v{self._version} needs (n, {len(self.config.extra_columns)})."
             )
@@ -213,19 +213,19 @@ def load_net(
 ) -> GatePolicyNet:
     """The network saved in ``directory`` (e.g. to warm-start from it).
 
-    Raises LearnerError when the files are missing or corrupt, or the policy was trained for
+    Raises PolicyError when the files are missing or corrupt, or the policy was trained for
     another kind, context spec or context width than the caller serves.
     """
     try:
         raw: dict[str, Any] = json.loads((directory / CONFIG_NAME).read_text())
         config = GateNetConfig(**{**raw, "extra_columns": tuple(raw.get("extra_columns", ()))})
     except (OSError, ValueError, TypeError) as error:
-        raise LearnerError(
+        raise PolicyError(
             f"{directory / CONFIG_NAME} is missing or malformed ({error})."
         ) from error
     expected = (POLICY_KIND, context_spec, context_dim)
     if (config.kind, config.context_spec, config.context_dim) != expected:
-        raise LearnerError(
+        raise PolicyError(
             f"policy in {directory} is {config.kind} over {config.context_spec} with "
             f"{config.context_dim} features; this server needs {expected}. Retrain the policy "
             "on data of the served context spec."
@@ -235,7 +235,7 @@ def load_net(
         state = torch.load(directory / WEIGHTS_NAME, map_location="cpu", weights_only=True)
         net.load_state_dict(state)
     except (OSError, RuntimeError, KeyError, ValueError) as error:
-        raise LearnerError(
+        raise PolicyError(
             f"{directory / WEIGHTS_NAME} does not match its policy.json ({error}); the artifact "
             "is corrupt or was written by another kind of policy."
         ) from error
@@ -251,11 +251,11 @@ def load_policy(
     context_dim: int = CONTEXT_DIM,
     features: FeatureProvider | None = None,
 ) -> ServingPolicy:
-    """The serving policy saved in ``directory``; LearnerError as :func:`load_net`, and when the
+    """The serving policy saved in ``directory``; PolicyError as :func:`load_net`, and when the
     policy needs extra feature columns and ``features`` is None (or gives other columns)."""
     net = load_net(directory, context_spec=context_spec, context_dim=context_dim)
     if net.config.extra_columns and features is None:
-        raise LearnerError(_needs_provider(name, version, net.config))
+        raise PolicyError(_needs_provider(name, version, net.config))
     return ServingPolicy(net, name, version, features=features)
 
 

@@ -11,22 +11,22 @@ from typing import Any
 
 import pytest
 
+from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.artifacts import ArtifactRef, publish_artifact
-from learner.registry import (
+from model_registry.artifacts import ArtifactRef, publish_artifact
+from model_registry.registry import (
     ACKS_TOPIC,
     CHANNELS_TOPIC,
     VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
-    read_to_end,
 )
-from learner.serving import ModelSubscriber
 from schemas.enums import Channel, ReplicaState
 from schemas.events import ReplicaAck
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
+from streams.topic_io import read_to_end
 from streams.topics import topic
 
 pytestmark = pytest.mark.integration

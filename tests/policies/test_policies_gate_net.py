@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from learner.errors import LearnerError
-from learner.policy import (
+from policies.errors import PolicyError
+from policies.gate_net import (
     CONFIG_NAME,
     GateNetConfig,
     GatePolicyNet,
@@ -19,9 +19,9 @@ from learner.policy import (
     load_policy,
     save_policy,
 )
+from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger
 from simulator import Fleet, SimulatorConfig
-from simulator.policy import RequestBatch
 
 
 def _batch(x: np.ndarray) -> RequestBatch:
@@ -71,19 +71,19 @@ def test_save_and_load_round_trip_and_the_fleet_serves_it(tmp_path: Path) -> Non
 
 def test_loading_refuses_another_context_spec_or_shape(tmp_path: Path) -> None:
     save_policy(_trained_net(), tmp_path / "p")
-    with pytest.raises(LearnerError, match="context spec"):
+    with pytest.raises(PolicyError, match="context spec"):
         load_policy(tmp_path / "p", "g", 1, context_spec="other-context@2")
-    with pytest.raises(LearnerError, match="features"):
+    with pytest.raises(PolicyError, match="features"):
         load_net(tmp_path / "p", context_dim=12)
     config = json.loads((tmp_path / "p" / CONFIG_NAME).read_text())
     (tmp_path / "p" / CONFIG_NAME).write_text(json.dumps({**config, "hidden": 4}))
-    with pytest.raises(LearnerError, match="corrupt"):
+    with pytest.raises(PolicyError, match="corrupt"):
         load_net(tmp_path / "p")
-    with pytest.raises(LearnerError, match="missing"):
+    with pytest.raises(PolicyError, match="missing"):
         load_net(tmp_path / "nothing")
 
 
 def test_serving_rejects_a_batch_of_the_wrong_width() -> None:
     policy = ServingPolicy(_trained_net(), "g", 1)
-    with pytest.raises(LearnerError, match="expects"):
+    with pytest.raises(PolicyError, match="expects"):
         policy.show_probabilities(_batch(np.zeros((4, 7), dtype=np.float32)))

@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from fleet.serving_app import create_app
+from fleet.subscriber import Routed, ServedModel, ServingSnapshot
 from flywheel.commands.serve import serve, status_line
-from flywheel.serving_app import create_app
-from learner.serving import Routed, ServedModel, ServingSnapshot
+from policies.context import CONTEXT_DIM
+from policies.policy import HeuristicPolicy, RequestBatch
 from schemas.enums import Channel
-from simulator.context import CONTEXT_DIM
-from simulator.policy import HeuristicPolicy, RequestBatch
 
 CONTEXT = [0.1] * CONTEXT_DIM
 

@@ -1,0 +1,11 @@
+"""Errors the model registry raises on purpose; each message says what was wrong and the fix."""
+
+from ground.errors import FlywheelError
+
+
+class ModelRegistryError(FlywheelError):
+    """The registry cannot do what was asked (unknown version, nothing to roll back, Kafka)."""
+
+
+class ArtifactError(ModelRegistryError):
+    """An artifact is missing, incomplete, tampered with, or cannot be published."""
