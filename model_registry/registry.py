@@ -142,6 +142,11 @@ class ModelRegistry:
                 events.append(event)
         return events
 
+    def model_names(self) -> list[str]:
+        """Every model with a registered version, sorted by name."""
+        records = self._read(self.topics.versions, lambda key: key is not None)
+        return sorted({key.decode() for key, _ in records if key is not None})
+
     def versions(self, model_name: str) -> dict[int, VersionState]:
         """The latest state of each registered version of ``model_name``, by version."""
         return fold_versions(self.history(model_name))

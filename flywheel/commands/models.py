@@ -44,10 +44,28 @@ def models() -> None:
 
 
 @models.command("list")
-@model_option
-def list_(model_name: str) -> None:
-    """Every version of a model: its latest state, channels and gate estimate."""
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="Only this model (the models.versions key). Default: every registered model.",
+)
+def list_(model_name: str | None) -> None:
+    """Every version of every model (or of --model): latest state, channels, gate estimate."""
     registry = _registry()
+    names = [model_name] if model_name is not None else registry.model_names()
+    if not names:
+        out.print(
+            "no model versions are registered yet; a model serves its fallback "
+            f"v{FALLBACK_VERSION} until the learner registers one (`flywheel learn`, "
+            "`flywheel demo`)."
+        )
+        return
+    for name in names:
+        _print_versions(registry, name)
+
+
+def _print_versions(registry: ModelRegistry, model_name: str) -> None:
     versions = registry.versions(model_name)
     pointers = registry.channels(model_name)
     if not versions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import click
@@ -70,15 +71,38 @@ def down() -> None:
 
 
 @stack.command()
-def status() -> None:
-    """Show what runs, where, which versions, and where the logs are."""
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: services and state dir.")
+def status(as_json: bool) -> None:
+    """Show what runs, where, which versions, and where the logs are.
+
+    On a terminal: a table. Piped or redirected: one tab-separated line per service with whole
+    values (no column is cut to the terminal's width). --json for scripts.
+    """
     settings = Settings.from_env()
     if not settings.uses_local_stack:
         _external_note(settings)
         out.print(f"client configuration: {settings.masked_kafka_config()}")
         return
+    services = LocalStack(settings.home, settings.ports).status()
+    if as_json:
+        rows = [
+            {"service": s.name, "running": s.running, "pid": s.pid, "address": s.address,
+             "version": s.version, "log": str(s.log)}
+            for s in services
+        ]  # fmt: skip
+        click.echo(json.dumps({"services": rows, "state_directory": str(settings.home)}))
+        return
+    if not out.is_terminal:
+        click.echo("\t".join(("service", "state", "pid", "address", "version", "log")))
+        for s in services:
+            state = "running" if s.running else "stopped"
+            click.echo(
+                "\t".join((s.name, state, str(s.pid or "-"), s.address, s.version, str(s.log)))
+            )
+        click.echo(f"state directory: {settings.home}")
+        return
     table = Table("service", "state", "pid", "address", "version", "log")
-    for s in LocalStack(settings.home, settings.ports).status():
+    for s in services:
         state = "[green]running[/]" if s.running else "[red]stopped[/]"
         table.add_row(s.name, state, str(s.pid or "-"), s.address, s.version, str(s.log))
     out.print(table)

@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -65,3 +68,19 @@ def test_a_worker_command_loads_no_training_or_plotting_library() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("[]"), result.stdout
+
+
+def test_stack_status_piped_prints_whole_values(tmp_path: Path) -> None:
+    """Not a terminal (piped, CI): no column is cut to 80 characters; --json for scripts."""
+    home = tmp_path / ("a-long-state-directory-name-" * 3)
+    env = {"FLYWHEEL_HOME": str(home), "FLYWHEEL_STACK_REGISTRY_PORT": "18081"}
+    result = CliRunner().invoke(cli, ["stack", "status"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "http://127.0.0.1:18081/apis/ccompat/v7" in result.output
+    assert str(home / "stack" / "logs") in result.output
+    assert "…" not in result.output
+    result = CliRunner().invoke(cli, ["stack", "status", "--json"], env=env)
+    status = json.loads(result.output)
+    registry = next(s for s in status["services"] if s["service"] == "registry")
+    assert registry["address"] == "http://127.0.0.1:18081/apis/ccompat/v7"
+    assert registry["running"] is False and status["state_directory"] == str(home)

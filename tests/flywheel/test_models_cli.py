@@ -55,6 +55,9 @@ def test_list_show_promote_canary_rollback(stack: Settings, model: str, tmp_path
     registry.record_step(model, 2, ModelEventType.GATE_PASSED, reason="significant lift",
                          ope_dr_value=0.31, ope_dr_lower=0.27)  # fmt: skip
 
+    assert model in registry.model_names()
+    code, output = run("list")  # no --model: every registered model, this one among them
+    assert code == 0 and f"{model} versions" in output, output
     code, output = run("list", "--model", model)
     assert code == 0, output
     assert "GATE_PASSED" in output and "REGISTERED" in output and "0.31 [0.27]" in output

@@ -36,7 +36,8 @@ def test_joiner_killed_at_a_commit_loses_and_duplicates_nothing(
     worker = Worker(stack, topics, f"{unique}.joiner", tmp_path / "worker.log")
     plain = list(worker.cmd)
     # The first start dies at the first commit once 200 Rewards are out; restarts run plain.
-    worker.cmd = [sys.executable, str(HOOK), mode, "200", *plain[3:]]
+    options = plain[plain.index("process") + 1 :]  # after `python -m flywheel process`
+    worker.cmd = [sys.executable, str(HOOK), mode, "200", *options]
     events, expected = sessions(SESSIONS)
     try:
         worker.start()
