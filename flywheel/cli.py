@@ -15,7 +15,7 @@ from ground.errors import FlywheelError
 # torch, mosaicml-streaming or matplotlib (~1 GB resident and seconds of start-up).
 COMMANDS = (
     "stack", "topics", "demo", "features", "gateway", "process", "simulate", "sink", "query",
-    "report", "learn", "models", "doctor", "privacy", "serve",
+    "report", "learn", "models", "doctor", "privacy", "serve", "rollouts",
 )  # fmt: skip
 
 

@@ -95,16 +95,24 @@ class LearnerConfig:
     @classmethod
     def load(cls, path: Path = DEFAULT_CONFIG_PATH) -> LearnerConfig:
         """Read ``path``; LearnerError naming the file and key for anything it cannot use."""
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise LearnerError(f"cannot read learner config {path}: {exc}") from exc
-        if not isinstance(raw, Mapping):
-            raise LearnerError(f"{path}: expected a mapping of sections at the top level.")
-        return _build(cls, raw, f"{path}")
+        return load_config(cls, path)
 
 
-def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
+def load_config(cls: type[T], path: Path) -> T:
+    """A recipe's config (``cls``, a dataclass of sections) from the YAML file ``path``;
+    LearnerError naming the file and key for anything it cannot use."""
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise LearnerError(f"cannot read learner config {path}: {exc}") from exc
+    if not isinstance(raw, Mapping):
+        raise LearnerError(f"{path}: expected a mapping of sections at the top level.")
+    return build_section(cls, raw, f"{path}")
+
+
+def build_section(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
+    """``cls`` (a dataclass of config keys) from ``raw``; LearnerError naming ``where`` and the
+    key for anything unknown or invalid. Nested sections are built the same way."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -115,7 +123,7 @@ def _build(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
         if _is_section(default):
             if not isinstance(value, Mapping):
                 raise LearnerError(f"{where}: {name} must be a mapping of its keys.")
-            values[name] = _build(type(default), value, f"{where}: {name}")
+            values[name] = build_section(type(default), value, f"{where}: {name}")
         else:
             values[name] = value
     try:

@@ -33,6 +33,7 @@ TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType(
         "telemetry.edits": "EditObserved",
         "telemetry.tests": "TestRunCompleted",
         "rollouts.results": "RolloutResult",
+        "agent.tasks": "AgentTask",
         "rewards": "Reward",
         "features.updates": "FeatureUpdate",
         "models.versions": "ModelVersionEvent",

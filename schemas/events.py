@@ -131,6 +131,29 @@ class RolloutResult(Event):
     reward_components: Mapping[str, float]
     behaviour_logprobs: tuple[float, ...]
     duration_ms: int
+    environment: str = ""
+    difficulty: int = 0
+    prompt_token_ids: tuple[int, ...] = ()
+    completion_token_ids: tuple[int, ...] = ()
+    completion_text: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    sandbox_status: str = ""
+    sandbox_reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentTask(Event):
+    """A task for the agent; rollout workers run ``group_size`` parallel trials of it."""
+
+    SCHEMA_NAME: ClassVar[str] = "AgentTask"
+
+    task_id: str
+    environment: str
+    difficulty: int
+    group_size: int
+    spec: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -274,6 +297,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             EditObserved,
             TestRunCompleted,
             RolloutResult,
+            AgentTask,
             Reward,
             FeatureUpdate,
             ModelVersionEvent,

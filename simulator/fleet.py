@@ -32,8 +32,8 @@ from simulator.ids import IdSource, namespace_of
 from simulator.policy import decide
 from simulator.population import Population, draw_population
 from simulator.request_events import ActiveSession, RequestEventBuilder, Served, TimedEvent
-from simulator.rollouts import RolloutGenerator
 from simulator.session import SessionPlan, draw_session
+from simulator.statistical_rollouts import StatisticalRolloutGenerator
 
 # Generator streams under the seed: default_rng([seed, stream]); sessions use stream 1.
 _POPULATION_STREAM, _ROLLOUT_STREAM, _ID_STREAM = 0, 2, 3
@@ -63,7 +63,7 @@ class Fleet:
         namespace = namespace_of(config.fleet_id)
         ids = IdSource(np.random.default_rng([config.seed, _ID_STREAM, namespace]))
         self._builder = RequestEventBuilder(self.producer, ids, texts, self.population)
-        self._rollouts = RolloutGenerator(
+        self._rollouts = StatisticalRolloutGenerator(
             config.rollouts,
             np.random.default_rng([config.seed, _ROLLOUT_STREAM, namespace]),
             self.producer,

@@ -22,8 +22,8 @@ from simulator.code_text import CodeTextSource
 from simulator.ground_truth import OutcomeCode
 from simulator.ids import IdSource
 from simulator.population import Population
-from simulator.rollouts import epoch_ms_to_datetime
 from simulator.session import SessionPlan
+from simulator.statistical_rollouts import epoch_ms_to_datetime
 
 TimedEvent = tuple[int, Event]  # (event time in epoch ms, event)
 

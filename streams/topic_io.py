@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -40,10 +40,19 @@ class EventProducer:
         self._failures: list[str] = []
         self._pending = 0
 
-    def send(self, topic: str, key: str, value: bytes | None) -> None:
+    def send(
+        self,
+        topic: str,
+        key: str | bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
         """Queue a record (``value`` None: a tombstone); :meth:`flush` confirms it."""
         self._pending += 1
-        self._producer.produce(topic, value, key.encode(), on_delivery=self._delivered)
+        raw_key = key.encode() if isinstance(key, str) else key
+        self._producer.produce(
+            topic, value, raw_key, headers=list(headers or ()), on_delivery=self._delivered
+        )
         self._producer.poll(0)
 
     def flush(self) -> None:

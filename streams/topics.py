@@ -40,7 +40,7 @@ def _telemetry(name: str, value: str) -> TopicSpec:
     return TopicSpec(name, "session_id", value, TELEMETRY_PARTITIONS)
 
 
-DLQ_STAGES = ("gateway", "joiner", "late", "sink", "features")
+DLQ_STAGES = ("gateway", "joiner", "late", "sink", "features", "rollouts")
 
 
 def dlq_topic(stage: str) -> str:
@@ -57,11 +57,13 @@ _TELEMETRY_VALUES = {
 }
 TELEMETRY_TOPICS: tuple[str, ...] = tuple(_TELEMETRY_VALUES)
 ROLLOUTS_TOPIC = "rollouts.results"
+AGENT_TASKS_TOPIC = "agent.tasks"
 REWARDS_TOPIC = "rewards"
 
 TOPICS: tuple[TopicSpec, ...] = (
     *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
     TopicSpec(ROLLOUTS_TOPIC, "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
+    TopicSpec(AGENT_TASKS_TOPIC, "task_id", "AgentTask", TELEMETRY_PARTITIONS),
     TopicSpec(
         REWARDS_TOPIC, "session_id or group_id", "Reward", TELEMETRY_PARTITIONS,
         retention_ms=30 * DAY_MS,

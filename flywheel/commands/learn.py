@@ -23,21 +23,33 @@ def _log(message: str) -> None:
     err.print(f"{datetime.now(UTC):%H:%M:%S} learner: {message}", highlight=False)
 
 
+RECIPES = ("gate", "agent-sft")
+GATE_MODEL = "suggestion-gate"
+
+
 @click.command()
+@click.option(
+    "--recipe",
+    type=click.Choice(RECIPES),
+    default="gate",
+    show_default=True,
+    help="gate: the continuous suggestion-gate learner. agent-sft: the agent LM's first "
+    "version, by supervised warm-up (then it exits).",
+)
 @click.option(
     "--model",
     "model_name",
-    default="suggestion-gate",
-    show_default=True,
-    help="Model to train; only its own reward rows (Reward.model_name) are used.",
+    default=None,
+    help=f"Model to train; only its own reward rows are used. Default: {GATE_MODEL} (gate), "
+    "the config's model_name (agent-sft).",
 )
 @click.option(
     "--config",
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_CONFIG_PATH,
-    show_default="learner/configs/default.yaml",
-    help="Learner recipe (YAML): windows, training budget, gate, canary.",
+    default=None,
+    help="The recipe's config (YAML). Default: learner/configs/default.yaml (gate), "
+    "learner/configs/agent/sft.yaml (agent-sft).",
 )
 @click.option(
     "--max-versions",
@@ -54,26 +66,36 @@ def _log(message: str) -> None:
 @click.option("--duration", default=None, help="Override train.duration, e.g. 20ep, 500ba, 90s.")
 @metrics_options
 def learn(
-    model_name: str,
-    config_path: Path,
+    recipe: str,
+    model_name: str | None,
+    config_path: Path | None,
     max_versions: int | None,
     min_rows: int | None,
     duration: str | None,
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    """Turn new lake rewards into gated model versions, continuously.
+    """Turn new lake rewards into gated model versions, continuously (--recipe gate), or train
+    the agent LM's first version (--recipe agent-sft).
 
-    Each cycle waits for new Reward files in the lake, converts them into an MDS window, trains
-    the suggestion gate warm-started from production (checkpoints, autoresume), evaluates it
-    off-policy against production on held-out rows, publishes the artifact and its
+    gate: each cycle waits for new Reward files in the lake, converts them into an MDS window,
+    trains the suggestion gate warm-started from production (checkpoints, autoresume), evaluates
+    it off-policy against production on held-out rows, publishes the artifact and its
     ModelVersionEvents, and canaries a passing version on live traffic before promoting or
     rolling it back. Restartable at any point; Ctrl-C (or SIGTERM) stops it.
+
+    agent-sft: trains a tokenizer and the LM on reference solutions of the environment's
+    training tasks, records its eval-suite pass@1 (held-out tasks) and registers it as the
+    agent's production version. A killed run resumes from its checkpoints.
     """
     import dataclasses
 
     settings = Settings.from_env()
-    config = LearnerConfig.load(config_path)
+    if recipe == "agent-sft":
+        _agent_sft(settings, model_name, config_path, duration)
+        return
+    model_name = model_name or GATE_MODEL
+    config = LearnerConfig.load(config_path or DEFAULT_CONFIG_PATH)
     if min_rows is not None:
         config = dataclasses.replace(
             config, loop=dataclasses.replace(config.loop, min_new_rows=min_rows)
@@ -106,3 +128,30 @@ def learn(
     with metrics_endpoint(metrics_port, metrics_host, registry):
         results = learner.run(stop, max_versions)
     _log(f"stopped after {len(results)} version(s) this run")
+
+
+def _agent_sft(
+    settings: Settings, model_name: str | None, config_path: Path | None, duration: str | None
+) -> None:
+    import dataclasses
+
+    from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, run_sft
+    from model_registry.registry import ModelRegistry
+
+    config = AgentSFTConfig.load(config_path or DEFAULT_SFT_CONFIG)
+    if model_name is not None:
+        config = dataclasses.replace(config, model_name=model_name)
+    if duration is not None:
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, duration=duration)
+        )
+    registry = ModelRegistry(settings.kafka_client_config(), codec(settings))
+    run_dir = settings.home / "runs" / config.model_name / "sft"
+    _log(f"agent-sft: {config.model_name} ({config.model.architecture}), run {run_dir}")
+    result = run_sft(
+        config, run_dir, registry=registry, models_root=settings.home / "models", log=_log
+    )
+    _log(
+        f"{config.model_name} v{result.version}: {result.parameters:,} parameters, eval pass@1 "
+        f"{result.eval.pass_at_1:.1%} ({len(result.eval.passed)} held-out tasks)"
+    )

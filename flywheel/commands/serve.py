@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -71,7 +71,7 @@ def build_replica(
 
 
 def follow(
-    replica: ModelSubscriber[Policy], caught_up: threading.Event, stop: threading.Event
+    replica: ModelSubscriber[Any], caught_up: threading.Event, stop: threading.Event
 ) -> None:
     """Read the channels to their end (retrying while the broker is away), set ``caught_up``,
     then follow them in the replica's background thread until the replica is stopped."""

@@ -17,6 +17,7 @@ EXPECTED_SCHEMAS = {
     "EditObserved",
     "TestRunCompleted",
     "RolloutResult",
+    "AgentTask",
     "Reward",
     "FeatureUpdate",
     "ModelVersionEvent",

@@ -1,4 +1,6 @@
-"""Agent tasks run as groups of parallel trials: the ``RolloutResult`` events of one group.
+"""The simulator's fast statistical stand-in for the agent: ``RolloutResult`` groups drawn from a
+formula, no language model (the real agent is `flywheel rollouts`: an LM acting in sandboxed
+environments, fleet/rollouts.py). It keeps the suggestion-gate demo's rollout traffic cheap.
 
 Each task has a hidden difficulty; a trial's quality is ``sigmoid(agent_skill_logit - difficulty
 + ε)`` with ε ~ N(0, trial_noise) per trial, so trials of one group differ and a group-relative
@@ -25,7 +27,7 @@ def epoch_ms_to_datetime(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
-class RolloutGenerator:
+class StatisticalRolloutGenerator:
     """Makes the trials of one agent task group at a time from a dedicated generator."""
 
     def __init__(self, config: RolloutsConfig, rng: np.random.Generator, producer: str) -> None:

@@ -1,0 +1,152 @@
+"""Rollout worker throughput: generation against plain `model.generate`, and sandboxed scoring
+against a bare `subprocess.run` of the same programs, each pair measured in the same run.
+
+    .venv/bin/python -m bench.rollouts [--tasks 4 --group 8 --max-new-tokens 24 --rounds 5]
+    .venv/bin/python -m bench.rollouts --checkpoint DIR --device cuda --dtype bfloat16  # a GPU
+
+* generation: the worker's path (`policies.agent_sampling.sample`: one batched generate over
+  tasks x group sequences, per-token log-probs, decoding, cut at end-of-sequence) vs
+  ``model.generate`` with the same prompts, batch, sampling and budget; tokens counted are the
+  generated positions of the batch (the same on both sides: ``min_new_tokens`` pins the length).
+  The two alternate for ``--rounds`` rounds after a warm-up; medians are compared.
+* scoring: the environment's sandboxed ``score`` (fresh isolated interpreter, limits, audit
+  hook, network namespace where allowed) vs ``subprocess.run([python, -c, program])`` of the
+  same completions, both with as many threads as CPUs.
+
+Prints tokens/s and programs/s of each side and the ratios (targets: generation >= 0.8x,
+scoring >= 0.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from environments.base import score_all
+from environments.program_synthesis import HEADER, PRELUDE, ProgramSynthesis, Spec
+from policies.agent_lm import AgentModelConfig, build_model, load_checkpoint, train_tokenizer
+from policies.agent_sampling import SamplingParams, sample
+
+
+def _model(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[torch.nn.Module, object]:
+    if args.checkpoint:
+        dtype = getattr(torch, args.dtype)
+        return load_checkpoint(Path(args.checkpoint), device=args.device, dtype=dtype)
+    corpus = [env.reset(t) + env.solution(t) for t in env.tasks("train", 1000)]
+    tokenizer = train_tokenizer(corpus, 512)
+    torch.manual_seed(0)
+    model = build_model(AgentModelConfig(), tokenizer).to(args.device).eval()
+    return model, tokenizer
+
+
+def _median_rate(work: Callable[[], int], rounds: int) -> list[float]:
+    rates = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        units = work()
+        rates.append(units / (time.perf_counter() - started))
+    return rates
+
+
+def generation(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, float]:
+    model, tokenizer = _model(args, env)
+    tasks = env.tasks("train", args.tasks, seed=1)
+    prompts = [env.reset(t) for t in tasks]
+    n, budget = args.group, args.max_new_tokens
+    params = SamplingParams(temperature=1.0, max_new_tokens=budget)
+    batch = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=False)  # type: ignore[operator]
+    ids = batch["input_ids"].repeat_interleave(n, 0).to(args.device)
+    mask = batch["attention_mask"].repeat_interleave(n, 0).to(args.device)
+    tokens = len(prompts) * n * budget
+
+    def plain() -> int:
+        with torch.inference_mode():
+            model.generate(  # type: ignore[operator]
+                input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=None,
+                max_new_tokens=budget, min_new_tokens=budget,
+                pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
+            )  # fmt: skip
+        return tokens
+
+    def worker() -> int:
+        sample(model, tokenizer, prompts, n, params)
+        return tokens
+
+    model.generation_config.min_new_tokens = budget  # both sides generate the full budget
+    plain(), worker()  # warm-up
+    base, ours = [], []
+    for _ in range(args.rounds):  # alternate, so drift hits both sides alike
+        base += _median_rate(plain, 1)
+        ours += _median_rate(worker, 1)
+    return statistics.median(base), statistics.median(ours)
+
+
+def scoring(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, float]:
+    tasks = env.tasks("train", args.programs, seed=2)
+    completions = [env.solution(t) for t in tasks]
+    workers = os.cpu_count() or 1
+
+    def bare() -> int:
+        def one(i: int) -> None:
+            spec = Spec.from_json(tasks[i].spec)
+            program = f"{PRELUDE}\n{HEADER}{completions[i]}\nfor x in {list(spec.tests)!r}: f(x)\n"
+            subprocess.run([sys.executable, "-c", program], capture_output=True, check=True)
+
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(one, range(len(tasks))))
+        return len(tasks)
+
+    def sandboxed() -> int:
+        scores = score_all([(env, t, c) for t, c in zip(tasks, completions, strict=True)])
+        if not all(s.passed for s in scores):
+            raise RuntimeError("a reference solution failed in the sandbox")
+        return len(tasks)
+
+    base, ours = [], []
+    for _ in range(max(2, args.rounds // 2)):
+        base += _median_rate(bare, 1)
+        ours += _median_rate(sandboxed, 1)
+    return statistics.median(base), statistics.median(ours)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--programs", type=int, default=64)
+    parser.add_argument("--checkpoint", default=None, help="an HF checkpoint dir (else random)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="with --checkpoint: bfloat16 on a GPU")
+    parser.add_argument("--skip-scoring", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
+    assert isinstance(env, ProgramSynthesis)
+    base, ours = generation(args, env)
+    print(f"generation, {args.tasks} tasks x {args.group} trials x {args.max_new_tokens} tokens "
+          f"on {args.device}:")  # fmt: skip
+    print(f"  plain model.generate : {base:10,.0f} tokens/s")
+    print(f"  rollout worker       : {ours:10,.0f} tokens/s  ratio {ours / base:.2f} (>= 0.8)")
+    if not args.skip_scoring:
+        base, ours = scoring(args, env)
+        print(f"scoring, {args.programs} programs, {os.cpu_count()} threads:")
+        print(f"  bare subprocess.run  : {base:10,.1f} programs/s")
+        print(
+            f"  sandboxed score      : {ours:10,.1f} programs/s  ratio {ours / base:.2f} (>= 0.5)"
+        )
+
+
+if __name__ == "__main__":
+    main()

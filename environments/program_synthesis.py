@@ -1,0 +1,201 @@
+"""Program synthesis from examples: the default environment a small model can learn.
+
+A task is a hidden function ``f``, a composition of 1 to 3 named operations over one kind of
+value (strings, lists of ints or ints); difficulty is the composition depth. The prompt shows
+three ``f(input) == output`` examples and the function's header; the completion is its body,
+e.g. ``    return upper(reverse(x))``. The named operations are in scope in the sandbox (the
+:data:`PRELUDE`). Five hidden inputs, never in the prompt, score it: the reward component
+``tests`` is the fraction of them the completion gets right, compared outside the sandbox.
+
+The pool is seeded. ``eval`` tasks are a fixed set drawn from their own seed namespace;
+``train`` never yields a task whose id is in it (and ids hash the whole spec, inputs included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from environments.base import Score, Split, Task
+from environments.errors import TaskEnvironmentError
+from environments.sandbox import SandboxLimits, run_program
+
+NAME = "program-synthesis"
+FUNCTION = "f"
+HEADER = "def f(x):\n"
+EXAMPLES = 3
+TESTS = 5
+MAX_DEPTH = 3
+
+# The operations, by the kind of value they map (each maps a kind to itself, so any composition
+# within a kind is valid). One source text: the sandbox runs it, this module executes it to
+# compute expected outputs.
+OPERATIONS: Mapping[str, Mapping[str, str]] = {
+    "str": {
+        "reverse": "x[::-1]",
+        "upper": "x.upper()",
+        "lower": "x.lower()",
+        "swapcase": "x.swapcase()",
+        "double": "x + x",
+        "sort_chars": "''.join(sorted(x))",
+        "dedupe": "''.join(dict.fromkeys(x))",
+        "drop_vowels": "''.join(c for c in x if c.lower() not in 'aeiou')",
+        "rotate": "x[1:] + x[:1]",
+        "first3": "x[:3]",
+    },
+    "list": {
+        "rev_list": "x[::-1]",
+        "sort_list": "sorted(x)",
+        "inc_each": "[v + 1 for v in x]",
+        "double_each": "[2 * v for v in x]",
+        "drop_neg": "[v for v in x if v >= 0]",
+        "unique": "list(dict.fromkeys(x))",
+        "square_each": "[v * v for v in x]",
+        "tail": "x[1:]",
+    },
+    "int": {
+        "inc": "x + 1",
+        "dec": "x - 1",
+        "twice": "2 * x",
+        "square": "x * x",
+        "negate": "-x",
+        "halve": "x // 2",
+    },
+}
+PRELUDE = "\n".join(
+    f"def {name}(x):\n    return {body}\n"
+    for ops in OPERATIONS.values()
+    for name, body in ops.items()
+)
+_IMPLEMENTATIONS: dict[str, Any] = {}
+exec(PRELUDE, _IMPLEMENTATIONS)  # noqa: S102  # our own operation table, not model output
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A task's definition: the kind of value, the operations (innermost first), the inputs."""
+
+    kind: str
+    ops: tuple[str, ...]
+    examples: tuple[Any, ...]
+    tests: tuple[Any, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"kind": self.kind, "ops": list(self.ops), "examples": list(self.examples),
+             "tests": list(self.tests)},
+            sort_keys=True, separators=(",", ":"),
+        )  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str) -> Spec:
+        try:
+            raw = json.loads(text)
+            spec = cls(raw["kind"], tuple(raw["ops"]), tuple(raw["examples"]), tuple(raw["tests"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TaskEnvironmentError(f"not a {NAME} task spec: {exc}") from exc
+        unknown = [op for op in spec.ops if op not in OPERATIONS.get(spec.kind, {})]
+        if unknown or not spec.ops:
+            raise TaskEnvironmentError(f"{NAME} spec has unknown or no operations: {unknown}")
+        return spec
+
+
+def apply(ops: Sequence[str], value: Any) -> Any:
+    """The hidden function: ``ops`` applied innermost first."""
+    for op in ops:
+        value = _IMPLEMENTATIONS[op](value)
+    return value
+
+
+def solution(ops: Sequence[str]) -> str:
+    """A correct completion (function body) for ``ops``: ``    return upper(reverse(x))``."""
+    call = "x"
+    for op in ops:
+        call = f"{op}({call})"
+    return f"    return {call}\n"
+
+
+_INPUTS: Mapping[str, Callable[[random.Random], Any]] = {
+    "str": lambda r: "".join(r.choice("abcdeiouxyzABCDEO") for _ in range(r.randint(3, 7))),
+    "list": lambda r: [r.randint(-9, 9) for _ in range(r.randint(3, 6))],
+    "int": lambda r: r.randint(-20, 20),
+}
+
+
+class ProgramSynthesis:
+    """The environment (registered as ``program-synthesis``)."""
+
+    name = NAME
+
+    def __init__(self, eval_size: int = 200, limits: SandboxLimits | None = None) -> None:
+        self.limits = limits or SandboxLimits()
+        self._eval = [self._draw(random.Random(f"eval-{i}"), None) for i in range(eval_size)]
+        self._eval_ids = {t.task_id for t in self._eval}
+
+    def reset(self, task: Task) -> str:
+        spec = self._spec(task)
+        shown = "".join(
+            f"# f({json.dumps(x)}) == {json.dumps(apply(spec.ops, x))}\n" for x in spec.examples
+        )
+        return shown + HEADER
+
+    def score(self, task: Task, completion: str) -> Score:
+        spec = self._spec(task)
+        run = run_program(HEADER + completion, FUNCTION, spec.tests, prelude=PRELUDE,
+                          limits=self.limits)  # fmt: skip
+        expected = [repr(apply(spec.ops, x)) for x in spec.tests]
+        passed = sum(o == e for o, e in zip(run.outputs, expected, strict=True))
+        return Score(
+            {"tests": passed / len(expected)}, passed, len(expected), run.status, run.reason,
+            run.duration_ms,
+        )  # fmt: skip
+
+    def solution(self, task: Task) -> str:
+        """A correct completion of ``task`` (the supervised warm-up's reference)."""
+        return solution(self._spec(task).ops)
+
+    def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
+        if split == "eval":
+            if n > len(self._eval):
+                raise TaskEnvironmentError(f"the eval set has {len(self._eval)} tasks, asked {n}")
+            return self._eval[:n]
+        rng = random.Random(f"train-{seed}")
+        out: list[Task] = []
+        while len(out) < n:
+            task = self._draw(rng, None)
+            if task.task_id not in self._eval_ids:
+                out.append(task)
+        return out
+
+    def task(self, rng: random.Random, depth: int) -> Task:
+        """One training task of composition depth ``depth`` (1..3)."""
+        if not 1 <= depth <= MAX_DEPTH:
+            raise TaskEnvironmentError(f"depth {depth} is outside 1..{MAX_DEPTH}")
+        while True:
+            task = self._draw(rng, depth)
+            if task.task_id not in self._eval_ids:
+                return task
+
+    def _draw(self, rng: random.Random, depth: int | None) -> Task:
+        kind = rng.choice(sorted(OPERATIONS))
+        depth = depth or rng.randint(1, MAX_DEPTH)
+        ops = tuple(rng.choice(sorted(OPERATIONS[kind])) for _ in range(depth))
+        draw = _INPUTS[kind]
+        inputs: list[Any] = []
+        while len(inputs) < EXAMPLES + TESTS:
+            value = draw(rng)
+            if value not in inputs:
+                inputs.append(value)
+        spec = Spec(kind, ops, tuple(inputs[:EXAMPLES]), tuple(inputs[EXAMPLES:]))
+        text = spec.to_json()
+        task_id = f"ps-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        return Task(task_id, NAME, depth, text)
+
+    def _spec(self, task: Task) -> Spec:
+        if task.environment != NAME:
+            raise TaskEnvironmentError(f"task {task.task_id} is for {task.environment!r}")
+        return Spec.from_json(task.spec)

@@ -1,0 +1,155 @@
+"""`flywheel rollouts`: a rollout worker of the agent's inference fleet (fleet/rollouts.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import click
+
+from flywheel.console import err, out
+from flywheel.settings import Settings
+from flywheel.signals import stop_on_signals
+
+DEFAULT_MODEL = "agent-lm"
+
+
+@click.command()
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Agent model to follow.")
+@click.option(
+    "--from-pool",
+    "pool",
+    default=None,
+    metavar="ENVIRONMENT",
+    help="Take tasks from ENVIRONMENT's training pool instead of the agent.tasks topic.",
+)
+@click.option(
+    "--group-size",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Parallel trials per task (a task event's group_size wins when set).",
+)
+@click.option(
+    "--tasks-per-batch",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Tasks generated together: tasks x group size sequences per forward pass.",
+)
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--max-new-tokens", default=24, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--tasks-topic", default="agent.tasks", show_default=True)
+@click.option("--rollouts-topic", default="rollouts.results", show_default=True)
+@click.option(
+    "--group",
+    default="flywheel.rollouts",
+    show_default=True,
+    help="Consumer group on the tasks topic (workers in one group share the tasks).",
+)
+@click.option("--replica-id", default=None, help="Id in acks. Default: <hostname>-<pid>.")
+@click.option("--max-tasks", default=None, type=click.IntRange(1), help="Stop after this many.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--status-every-s", default=10.0, show_default=True, type=click.FloatRange(0.1))
+def rollouts(
+    model: str,
+    pool: str | None,
+    group_size: int,
+    tasks_per_batch: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    tasks_topic: str,
+    rollouts_topic: str,
+    group: str,
+    replica_id: str | None,
+    max_tasks: int | None,
+    seed: int,
+    status_every_s: float,
+) -> None:
+    """Run groups of parallel trials of agent tasks with the model the registry points at.
+
+    Follows MODEL's channels (hash check, hot swap, canary routing by task id, acks on
+    models.acks), takes tasks from agent.tasks (or --from-pool), samples --group-size
+    completions of each in one batched generate call, scores them in the sandbox in parallel
+    and writes one RolloutResult per trial to rollouts.results. Waits while no version is in
+    production (train one with `flywheel learn --recipe agent-sft`). Ctrl-C stops it.
+    """
+    from environments import ENVIRONMENTS
+    from environments.sandbox import isolation_report
+    from fleet.rollouts import (
+        AgentPolicy,
+        KafkaTaskFeed,
+        RolloutWorker,
+        TaskRequest,
+        load_agent_policy,
+        pool_tasks,
+        produce_results,
+    )
+    from fleet.subscriber import ModelSubscriber
+    from flywheel.clients import codec
+    from flywheel.commands.serve import default_replica_id, follow
+    from policies.agent_sampling import SamplingParams
+    from streams.topic_io import EventProducer
+
+    settings = Settings.from_env()
+    replica_id = replica_id or default_replica_id()
+    avro = codec(settings)
+    stop = stop_on_signals()
+    isolation = isolation_report()
+    if not all(isolation.values()):
+        missing = ", ".join(k for k, v in isolation.items() if not v)
+        err.print(f"[yellow]sandbox[/]: not available here: {missing} (the audit hook still "
+                  "refuses processes, sockets and writes outside the work dir)")  # fmt: skip
+    subscriber: ModelSubscriber[AgentPolicy | None] = ModelSubscriber(
+        settings.kafka_client_config(), avro, model, replica_id, load_agent_policy, None
+    )
+    follow(subscriber, threading.Event(), stop)  # reads the channels, then follows them
+    worker = RolloutWorker(
+        subscriber,
+        ENVIRONMENTS,
+        sampling=SamplingParams(temperature, top_p, max_new_tokens),
+        producer=f"rollouts/{replica_id}",
+        seed=seed,
+    )
+    producer = EventProducer(settings.kafka_client_config())
+    feed = None if pool else KafkaTaskFeed(
+        settings.kafka_client_config(), avro, ENVIRONMENTS, group=group,
+        default_group_size=group_size, topic=tasks_topic,
+    )  # fmt: skip
+    pooled = pool_tasks(ENVIRONMENTS, pool, group_size, seed) if pool else None
+    source = f"pool {pool}" if pool else f"topic {tasks_topic} (group {group})"
+    out.print(f"[green]rollouts[/] {model} as {replica_id}: tasks from {source}, "
+              f"{group_size} trials each, results to {rollouts_topic}; Ctrl-C to stop")  # fmt: skip
+    done, last_status, waiting = 0, time.monotonic(), False
+    try:
+        while not stop.is_set() and (max_tasks is None or done < max_tasks):
+            if subscriber.snapshot.production is None:
+                if not waiting:
+                    err.print(f"waiting for a production version of {model} "
+                              "(`flywheel learn --recipe agent-sft`)")  # fmt: skip
+                    waiting = True
+                stop.wait(1.0)
+                continue
+            waiting = False
+            want = tasks_per_batch if max_tasks is None else min(tasks_per_batch, max_tasks - done)
+            batch: list[TaskRequest] = (
+                [next(pooled) for _ in range(want)] if pooled is not None
+                else feed.poll(want, timeout_s=1.0) if feed is not None else []
+            )  # fmt: skip
+            if not batch:
+                continue
+            results = worker.run(batch)
+            produce_results(producer, avro, results, rollouts_topic)
+            if feed is not None:
+                feed.commit()
+            done += len(batch)
+            if time.monotonic() - last_status >= status_every_s:
+                err.print(worker.stats.line(), highlight=False)
+                last_status = time.monotonic()
+    finally:
+        subscriber.close()
+        if feed is not None:
+            feed.close()
+    out.print(f"rollouts stopped: {worker.stats.line()}")

@@ -1,0 +1,64 @@
+"""The agent's eval suite: the environment's held-out tasks (never trained on), decoded greedily
+and scored in the sandbox. pass@1 is the share of tasks whose greedy completion passes every
+hidden test; mean reward is the mean of the trials' summed reward components.
+
+Per-task results are kept (``passed``, ``rewards``, in task order) so two versions evaluated on
+the same tasks can be compared pairwise (the agent gate, part 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from environments.base import Environment, Task, score_all
+from policies.agent_sampling import SamplingParams, sample
+
+GREEDY_BATCH = 32  # prompts per generate call
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One model on one task set: per-task pass (bool) and reward, in task order."""
+
+    task_ids: tuple[str, ...]
+    passed: np.ndarray  # (n,) bool
+    rewards: np.ndarray  # (n,) float64
+    statuses: tuple[str, ...]
+
+    @property
+    def pass_at_1(self) -> float:
+        return float(self.passed.mean()) if len(self.passed) else 0.0
+
+    @property
+    def mean_reward(self) -> float:
+        return float(self.rewards.mean()) if len(self.rewards) else 0.0
+
+
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    environment: Environment,
+    tasks: Sequence[Task],
+    *,
+    max_new_tokens: int = 32,
+) -> EvalResult:
+    """Greedy pass@1 and mean reward of ``model`` on ``tasks``."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    trials: list[tuple[Environment, Task, str]] = []
+    for start in range(0, len(tasks), GREEDY_BATCH):
+        chunk = tasks[start : start + GREEDY_BATCH]
+        groups = sample(model, tokenizer, [environment.reset(t) for t in chunk], 1, greedy)
+        trials.extend(
+            (environment, task, group[0].text) for task, group in zip(chunk, groups, strict=True)
+        )
+    scores = score_all(trials)
+    return EvalResult(
+        tuple(t.task_id for t in tasks),
+        np.asarray([s.passed for s in scores], dtype=bool),
+        np.asarray([s.reward for s in scores], dtype=np.float64),
+        tuple(s.status for s in scores),
+    )

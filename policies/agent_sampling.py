@@ -1,0 +1,111 @@
+"""Sampling completions from the agent LM, with the log-probability of every generated token.
+
+:func:`sample` runs `transformers`' ``generate`` once for a whole batch: every prompt repeated
+``n`` times (a group of parallel trials), left-padded, with the KV cache. The behaviour
+log-probability of a token is taken under the distribution it was drawn from: the logits
+divided by the temperature, after top-p filtering (``top_p=1``, the default, filters nothing);
+greedy decoding (``temperature=0``) reports the plain softmax. A completion ends at the first
+end-of-sequence token (kept, with its log-prob: the learner trains the decision to stop) or at
+``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from policies.errors import PolicyError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How trials are drawn. ``temperature=0`` is greedy (the eval suite's pass@1)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+            raise PolicyError(
+                f"sampling needs temperature >= 0, top_p in (0, 1] and max_new_tokens >= 1, got "
+                f"{self}"
+            )
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One trial's tokens: ``token_ids[i]`` was drawn with log-probability ``logprobs[i]``."""
+
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str  # decoded, without the end-of-sequence token
+    finished: bool  # ended with end-of-sequence (not cut at max_new_tokens)
+
+
+@torch.inference_mode()
+def sample(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    n: int,
+    params: SamplingParams,
+    *,
+    seed: int | None = None,
+) -> list[list[Completion]]:
+    """``n`` completions of each prompt, as one list per prompt (in order)."""
+    if not prompts or n < 1:
+        return [[] for _ in prompts]
+    if seed is not None:
+        torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    batch = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=False)
+    input_ids = batch["input_ids"].repeat_interleave(n, dim=0).to(device)
+    attention = batch["attention_mask"].repeat_interleave(n, dim=0).to(device)
+    greedy = params.temperature == 0
+    out = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention,
+        do_sample=not greedy,
+        temperature=None if greedy else params.temperature,
+        top_p=None if greedy else params.top_p,
+        top_k=None,  # transformers' default top_k=50 would change the distribution
+        max_new_tokens=params.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    generated = out.sequences[:, input_ids.shape[1] :]  # (batch, steps)
+    # scores[t]: (batch, vocab) processed logits of step t; -inf where top-p filtered.
+    scores = torch.stack(out.scores, dim=1).float()  # (batch, steps, vocab)
+    logprobs = torch.log_softmax(scores, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+    lengths = batch["attention_mask"].sum(dim=1).tolist()
+    ids = batch["input_ids"].tolist()
+    results: list[list[Completion]] = []
+    for p in range(len(prompts)):
+        prompt_ids = tuple(ids[p][len(ids[p]) - lengths[p] :])  # drop the left padding
+        group = []
+        for row in range(p * n, (p + 1) * n):
+            tokens, lps = _until_eos(generated[row].tolist(), logprobs[row].tolist(), tokenizer)
+            finished = bool(tokens) and tokens[-1] == tokenizer.eos_token_id
+            body = tokens[:-1] if finished else tokens
+            text = tokenizer.decode(body, skip_special_tokens=True)
+            group.append(Completion(prompt_ids, tuple(tokens), tuple(lps), text, finished))
+        results.append(group)
+    return results
+
+
+def _until_eos(
+    tokens: list[int], logprobs: list[float], tokenizer: Any
+) -> tuple[list[int], list[float]]:
+    """The tokens up to and including the first end-of-sequence (the rest is padding)."""
+    eos = tokenizer.eos_token_id
+    if eos in tokens:
+        end = tokens.index(eos) + 1
+        return tokens[:end], logprobs[:end]
+    return tokens, logprobs

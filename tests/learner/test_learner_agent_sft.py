@@ -1,0 +1,79 @@
+"""Token windows, the LM objective and the agent's warm-up recipe on a tiny model."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, CorpusConfig, EvalConfig, run_sft
+from learner.errors import LearnerError
+from learner.lm_objective import CausalLMTask
+from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
+from learner.trainer import TrainerConfig
+from policies.agent_lm import AgentModelConfig, load_checkpoint
+
+
+def test_pack_marks_the_completion_as_target_and_keeps_the_end() -> None:
+    rows = pack_sequences([[1, 2, 3], [4, 5, 6, 7, 8]], [[9, 2], [10, 2]], seq_len=6, pad_id=0)
+    assert rows.input_ids.tolist() == [[1, 2, 3, 9, 2, 0], [5, 6, 7, 8, 10, 2]]
+    assert rows.target.tolist() == [[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 1, 1]]
+    assert rows.lengths.tolist() == [5, 6] and rows.trained_tokens == 4
+    with pytest.raises(LearnerError, match="seq_len"):
+        pack_sequences([[1]], [[1] * 6], seq_len=6, pad_id=0)
+
+
+def test_a_token_window_is_written_whole_and_reads_back(tmp_path: Path) -> None:
+    from streaming import StreamingDataset
+
+    rows = pack_sequences([[1, 2]] * 5, [[3, 4]] * 5, seq_len=8, pad_id=0)
+    window = write_token_window(tmp_path / "w", rows, TokenSampleSpec(8, rows_per_sample=2))
+    samples = list(StreamingDataset(local=str(window), batch_size=1, shuffle=False))
+    assert [int(s["n_rows"]) for s in samples] == [2, 2, 1]
+    assert samples[2]["target"][1].sum() == 0  # the padding row trains nothing
+    with pytest.raises(LearnerError, match="immutable"):
+        write_token_window(tmp_path / "w", rows, TokenSampleSpec(8, rows_per_sample=2))
+
+
+def test_the_lm_loss_counts_target_tokens_only() -> None:
+    class Uniform(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+            logits = torch.zeros(*input_ids.shape, 10, requires_grad=True)
+            return type("Out", (), {"logits": logits})()
+
+    rows = pack_sequences([[1, 2], [3]], [[4, 5], [6]], seq_len=5, pad_id=0)
+    batch = {k: torch.from_numpy(np.asarray(getattr(rows, k))) for k in
+             ("input_ids", "target", "lengths")}  # fmt: skip
+    total, count = CausalLMTask().loss(Uniform(), batch)
+    assert int(count) == 3
+    assert float(total.detach()) == pytest.approx(3 * np.log(10))
+
+
+def test_every_agent_config_file_loads() -> None:
+    for path in sorted(DEFAULT_SFT_CONFIG.parent.glob("*.yaml")):
+        config = AgentSFTConfig.load(path)
+        assert config.train.batch_size >= 1 and config.eval.tasks >= 1
+    assert AgentSFTConfig.load(DEFAULT_SFT_CONFIG) == AgentSFTConfig()  # spells out every default
+
+
+def test_warm_up_learns_and_saves_an_hf_checkpoint(tmp_path: Path) -> None:
+    config = AgentSFTConfig(
+        model=AgentModelConfig(hidden_size=64, layers=2, heads=4, kv_heads=2,
+                               intermediate_size=128, vocab_size=400),
+        corpus=CorpusConfig(tasks=400, seq_len=112, rows_per_sample=8),
+        train=TrainerConfig(batch_size=4, duration="40ba", checkpoint_interval="20ba",
+                            lr=3e-3, device="cpu"),
+        eval=EvalConfig(tasks=20, max_new_tokens=16),
+    )  # fmt: skip
+    result = run_sft(config, tmp_path / "run", log=lambda _: None)
+    assert result.version is None  # no registry given
+    assert result.fit.losses[-1] < result.fit.losses[0] / 2
+    assert result.fit.progress.tokens > 0
+    assert len(result.eval.passed) == 20 and 0.0 <= result.eval.pass_at_1 <= 1.0
+    _, tokenizer = load_checkpoint(result.checkpoint)
+    assert len(tokenizer) <= 400
+    again = run_sft(dataclasses.replace(config), tmp_path / "run", log=lambda _: None)
+    assert again.fit.resumed_from == 40  # a second run resumes: nothing trained twice
