@@ -8,6 +8,7 @@ import time
 import click
 
 from flywheel.console import err, out
+from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -52,6 +53,7 @@ DEFAULT_MODEL = "agent-lm"
 @click.option("--max-tasks", default=None, type=click.IntRange(1), help="Stop after this many.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--status-every-s", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@metrics_options
 def rollouts(
     model: str,
     pool: str | None,
@@ -67,6 +69,8 @@ def rollouts(
     max_tasks: int | None,
     seed: int,
     status_every_s: float,
+    metrics_port: int,
+    metrics_host: str,
 ) -> None:
     """Run groups of parallel trials of agent tasks with the model the registry points at.
 
@@ -90,6 +94,7 @@ def rollouts(
     from fleet.subscriber import ModelSubscriber
     from flywheel.clients import codec
     from flywheel.commands.serve import default_replica_id, follow
+    from ground.metrics import service_registry
     from policies.agent_sampling import SamplingParams
     from streams.topic_io import EventProducer
 
@@ -122,34 +127,45 @@ def rollouts(
     source = f"pool {pool}" if pool else f"topic {tasks_topic} (group {group})"
     out.print(f"[green]rollouts[/] {model} as {replica_id}: tasks from {source}, "
               f"{group_size} trials each, results to {rollouts_topic}; Ctrl-C to stop")  # fmt: skip
-    done, last_status, waiting = 0, time.monotonic(), False
+
+    def next_batch(want: int) -> list[TaskRequest]:
+        if pooled is not None:
+            return [next(pooled) for _ in range(want)]
+        return feed.poll(want, timeout_s=1.0) if feed is not None else []
+
+    collector = RolloutCollector(worker.stats, lambda: feed.dead_lettered if feed else 0)
     try:
-        while not stop.is_set() and (max_tasks is None or done < max_tasks):
-            if subscriber.snapshot.production is None:
-                if not waiting:
-                    err.print(f"waiting for a production version of {model} "
-                              "(`flywheel learn --recipe agent-sft`)")  # fmt: skip
-                    waiting = True
-                stop.wait(1.0)
-                continue
-            waiting = False
-            want = tasks_per_batch if max_tasks is None else min(tasks_per_batch, max_tasks - done)
-            batch: list[TaskRequest] = (
-                [next(pooled) for _ in range(want)] if pooled is not None
-                else feed.poll(want, timeout_s=1.0) if feed is not None else []
-            )  # fmt: skip
-            if not batch:
-                continue
-            results = worker.run(batch)
-            produce_results(producer, avro, results, rollouts_topic)
-            if feed is not None:
-                feed.commit()
-            done += len(batch)
-            if time.monotonic() - last_status >= status_every_s:
-                err.print(worker.stats.line(), highlight=False)
-                last_status = time.monotonic()
+        with metrics_endpoint(metrics_port, metrics_host, service_registry(collector)):
+            done, last_status = 0, time.monotonic()
+            while not stop.is_set() and (max_tasks is None or done < max_tasks):
+                if subscriber.snapshot.production is None:
+                    _wait_for_production(model, stop)
+                    continue
+                want = tasks_per_batch if max_tasks is None else min(tasks_per_batch,
+                                                                     max_tasks - done)  # fmt: skip
+                batch = next_batch(want)
+                if not batch:
+                    continue
+                produce_results(producer, avro, worker.run(batch), rollouts_topic)
+                if feed is not None:
+                    feed.commit()  # after the results are acknowledged: at least once
+                done += len(batch)
+                if time.monotonic() - last_status >= status_every_s:
+                    err.print(worker.stats.line(), highlight=False)
+                    last_status = time.monotonic()
     finally:
         subscriber.close()
         if feed is not None:
             feed.close()
     out.print(f"rollouts stopped: {worker.stats.line()}")
+
+
+_waiting: set[str] = set()
+
+
+def _wait_for_production(model: str, stop: threading.Event) -> None:
+    if model not in _waiting:  # say it once
+        err.print(f"waiting for a production version of {model} "
+                  "(`flywheel learn --recipe agent-sft`)")  # fmt: skip
+        _waiting.add(model)
+    stop.wait(1.0)

@@ -11,7 +11,7 @@ def test_help_lists_the_commands() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
     commands = ("stack", "topics", "demo", "gateway", "simulate", "sink", "process", "features",
-                "query", "learn", "models", "report", "doctor", "privacy")  # fmt: skip
+                "query", "learn", "models", "report", "doctor", "privacy", "rollouts")  # fmt: skip
     for command in commands:
         assert command in result.output
 
@@ -22,7 +22,8 @@ def test_help_lists_the_commands() -> None:
      ["stack", "status", "--help"], ["topics", "create", "--help"], ["topics", "list", "--help"],
      ["demo", "--help"], ["simulate", "--help"], ["sink", "--help"], ["process", "--help"],
      ["learn", "--help"], ["report", "--help"], ["query", "--help"], ["models", "--help"],
-     ["features", "--help"], ["doctor", "--help"], ["privacy", "--help"]],
+     ["features", "--help"], ["doctor", "--help"], ["privacy", "--help"],
+     ["rollouts", "--help"]],
 )  # fmt: skip
 def test_every_command_has_help(args: list[str]) -> None:
     result = CliRunner().invoke(cli, args)
