@@ -74,7 +74,9 @@ def _distinct(results: Sequence[RolloutResult]) -> list[RolloutResult]:
     return list(chosen.values())
 
 
-def _advantages(values: Sequence[float], eps: float) -> list[float]:
+def normalised_advantages(values: Sequence[float], eps: float = 1e-6) -> list[float]:
+    """(v - mean) / (population std + eps) within one group; all 0.0 when the values are equal
+    or there is one (the learner's in-process studies use the joiner's formula through this)."""
     if len(values) < 2 or min(values) == max(values):
         return [0.0] * len(values)  # no spread: nothing to prefer, and no 0/eps blow-up
     mean = math.fsum(values) / len(values)
@@ -106,7 +108,7 @@ def group_advantages(
         raise RewardError(f"results span groups {groups}; normalise one group_id at a time")
     trials = _distinct(results)
     values = [scalar_reward(r) for r in trials]
-    advantages = _advantages(values, eps)
+    advantages = normalised_advantages(values, eps)
     singleton = len(trials) == 1
     return [
         Reward(

@@ -1,0 +1,139 @@
+"""The agent recipe's objective: a GRPO-family policy gradient on completion tokens.
+
+Notation per completion token t of a trial with group-relative advantage A (from the joiner's
+``grpo@1`` Rewards): μ_t the behaviour log-prob recorded by the rollout worker (the distribution
+the token was drawn from, logits / temperature), π_t the trained policy's under the same
+temperature, rho_t = exp(π_t - μ_t).
+
+* **Ratio against the behaviour policy.** rho is taken against μ from the rollout itself, never a
+  recomputed "old" policy: the trials were produced by versions the registry served, possibly a
+  few versions back, in another process and numeric path.
+* **Clip** (PPO): s_t = min(rho_t A, clip(rho_t, 1 - ε_low, 1 + ε_high) A).
+* **Truncated importance sampling** (TIS) for the train/inference mismatch and stale trials:
+  the clip bounds rho only where it would raise the objective; for A < 0 a token the policy now
+  likes far more than the sampler did has an unbounded rho A. Its importance weight is truncated at
+  C: s_t = max(s_t, C A) (as a dual clip), so no token weighs more than C.
+* **KL to the reference** (optional, ``kl_coef`` > 0): the k3 estimator exp(r - π) - (r - π) - 1
+  per token against the reference (warm-start) policy r.
+* **Normalisation**: token-level, as in DAPO: the loss is the sum over every completion token of
+  the batch divided by their number, so each token weighs the same whatever its completion's
+  length (a per-sequence mean, GRPO's original, favours short wrong answers and long right
+  ones). Advantages come normalised by the group's std from the joiner.
+
+``loss`` returns (Σ token losses, tokens): the trainer's step divides by the global batch's
+tokens, so ``tok`` durations count real completion tokens trained on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from learner.errors import LearnerError
+from learner.lm_objective import attention_mask
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """The ``objective`` section of the agent recipe."""
+
+    clip_low: float = 0.2  # ε_low
+    clip_high: float = 0.28  # ε_high (DAPO's clip-higher keeps exploration alive)
+    tis_cap: float = 2.0  # C: most any token's importance weight counts
+    kl_coef: float = 0.0  # β of the k3 KL to the reference; 0: no reference forward pass
+    temperature: float = 1.0  # the rollouts' sampling temperature (μ was taken under it)
+
+    def __post_init__(self) -> None:
+        if not (0 < self.clip_low < 1 and self.clip_high > 0 and self.tis_cap > 1):
+            raise LearnerError(
+                f"objective needs 0 < clip_low < 1, clip_high > 0, tis_cap > 1: {self}"
+            )
+        if self.kl_coef < 0 or self.temperature <= 0:
+            raise LearnerError("objective.kl_coef must be >= 0 and temperature > 0")
+
+
+def token_losses(
+    logprobs: torch.Tensor,
+    behaviour: torch.Tensor,
+    advantage: torch.Tensor,
+    config: GRPOConfig,
+    reference: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token loss (negated surrogate, plus β·KL): all arguments (B, T) except ``advantage``
+    (B,) broadcast over the tokens. Pure: the unit tests compute it by hand."""
+    a = advantage.unsqueeze(-1)
+    ratio = torch.exp(logprobs - behaviour)
+    clipped = torch.clamp(ratio, 1.0 - config.clip_low, 1.0 + config.clip_high)
+    surrogate = torch.minimum(ratio * a, clipped * a)
+    surrogate = torch.where(a < 0, torch.maximum(surrogate, config.tis_cap * a), surrogate)
+    loss = -surrogate
+    if reference is not None and config.kl_coef > 0:
+        delta = reference - logprobs
+        loss = loss + config.kl_coef * (torch.exp(delta) - delta - 1.0)
+    return loss
+
+
+class GRPOTask:
+    """The agent recipe's `TrainingTask` over agent token windows: columns ``input_ids``,
+    ``target`` (completion tokens), ``lengths``, ``behaviour`` (μ at each target position),
+    ``advantage`` and ``weight`` (per row; 0 for padding rows)."""
+
+    def __init__(self, config: GRPOConfig, reference: nn.Module | None = None) -> None:
+        self.config = config
+        self.reference = reference
+
+    def loss(
+        self, model: nn.Module, batch: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids = batch["input_ids"].long()
+        attention = attention_mask(batch["lengths"], input_ids.shape[1])
+        logprobs = _next_token_logprobs(model, input_ids, attention, self.config.temperature)
+        target = batch["target"][:, 1:].bool() & (batch["weight"] > 0).unsqueeze(-1)
+        reference = None
+        if self.reference is not None and self.config.kl_coef > 0:
+            with torch.no_grad():
+                reference = _next_token_logprobs(
+                    self.reference, input_ids, attention, self.config.temperature
+                )
+        losses = token_losses(
+            logprobs, batch["behaviour"][:, 1:].float(), batch["advantage"].float(),
+            self.config, reference,
+        )  # fmt: skip
+        weighted = losses * batch["weight"].float().unsqueeze(-1)
+        return (weighted * target).sum(), target.sum()
+
+
+def _next_token_logprobs(
+    model: nn.Module, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """(B, L-1): log-prob of token t+1 given tokens ≤ t, under logits / temperature, aligned so
+    that position t+1 of the windows' columns maps to index t."""
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class TrialFilter:
+    """Which trials a cycle trains on: the staleness bound and group filtering."""
+
+    max_staleness: int = 2  # trials more than this many versions behind production are dropped
+
+    def keep(
+        self, versions: np.ndarray, groups: np.ndarray, advantages: np.ndarray, production: int
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        """(n,) bool of trials to train on, and counts of what was dropped and why:
+        ``stale`` (production - version > max_staleness) and ``flat_group`` (every trial of the
+        group has the same advantage, 0 after normalisation: no signal to learn from)."""
+        stale = (production - versions) > self.max_staleness
+        flat = np.zeros(len(groups), dtype=bool)
+        for group in np.unique(groups):
+            members = groups == group
+            values = advantages[members]
+            flat[members] = bool(np.all(values == values[0]))
+        keep = ~stale & ~flat
+        return keep, {"stale": int(stale.sum()), "flat_group": int((flat & ~stale).sum())}

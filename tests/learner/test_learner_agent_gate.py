@@ -1,0 +1,48 @@
+"""The agent gate's decisions on paired eval results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from learner.agent_eval import EvalResult
+from learner.agent_gate import AgentGateConfig, decide
+from learner.errors import LearnerError
+
+N = 200
+
+
+def _result(passed: np.ndarray) -> EvalResult:
+    ids = tuple(f"t{i}" for i in range(len(passed)))
+    return EvalResult(ids, passed.astype(bool), passed.astype(np.float64), ("ok",) * len(passed))
+
+
+def _pair(base_rate: float, lift: float, seed: int = 0) -> tuple[EvalResult, EvalResult]:
+    rng = np.random.default_rng(seed)
+    production = rng.random(N) < base_rate
+    candidate = production | (rng.random(N) < lift)  # solves what production did, and more
+    return _result(candidate), _result(production)
+
+
+def test_a_real_improvement_passes_with_every_number_in_the_metrics() -> None:
+    candidate, production = _pair(0.15, 0.25)
+    decision = decide(candidate, production, AgentGateConfig())
+    assert decision.passed, decision.reason
+    assert decision.pass_lift_lower > 0 and decision.candidate_pass_at_1 > 0.3
+    assert decision.metrics()["eval_production_pass_at_1"] == pytest.approx(0.15, abs=0.05)
+
+
+def test_a_tie_and_a_regression_are_refused() -> None:
+    same = _result(np.random.default_rng(1).random(N) < 0.2)
+    tie = decide(same, same, AgentGateConfig())
+    assert not tie.passed and "no significant pass@1 improvement" in tie.reason
+    production, candidate = _pair(0.15, 0.25)  # swapped: the candidate lost tasks
+    worse = decide(candidate, production, AgentGateConfig())
+    assert not worse.passed and "regress" in worse.reason
+
+
+def test_results_on_different_tasks_are_refused() -> None:
+    a = _result(np.ones(3))
+    b = EvalResult(("x", "y", "z"), a.passed, a.rewards, a.statuses)
+    with pytest.raises(LearnerError, match="same"):
+        decide(a, b, AgentGateConfig())
