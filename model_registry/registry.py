@@ -29,6 +29,7 @@ from schemas.records import new_event_id, now_ms
 from streams.errors import TopicIOError
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer, KeyedValue, default_producer_id, read_to_end
+from streams.topics import TopicSpec, topic
 
 VERSIONS_TOPIC = "models.versions"
 CHANNELS_TOPIC = "models.channels"
@@ -55,6 +56,18 @@ class ModelTopics:
     versions: str = VERSIONS_TOPIC
     channels: str = CHANNELS_TOPIC
     acks: str = ACKS_TOPIC
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> ModelTopics:
+        """A private copy: ``<prefix>.versions``, ``<prefix>.channels``, ``<prefix>.acks``."""
+        return cls(f"{prefix}.versions", f"{prefix}.channels", f"{prefix}.acks")
+
+    def specs(self) -> list[TopicSpec]:
+        """The contract topics' declarations (partitions, cleanup, retention) under these names,
+        to create them (`streams.admin.TopicAdmin.ensure`)."""
+        pairs = ((VERSIONS_TOPIC, self.versions), (CHANNELS_TOPIC, self.channels),
+                 (ACKS_TOPIC, self.acks))  # fmt: skip
+        return [dataclasses.replace(topic(contract), name=name) for contract, name in pairs]
 
 
 DEFAULT_TOPICS = ModelTopics()

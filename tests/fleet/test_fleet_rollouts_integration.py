@@ -28,8 +28,6 @@ from flywheel.settings import Settings
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import (
     ACKS_TOPIC,
-    CHANNELS_TOPIC,
-    VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
@@ -41,7 +39,7 @@ from schemas.events import AgentTask, ReplicaAck
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer, read_to_end
-from streams.topics import TopicSpec, topic
+from streams.topics import TopicSpec
 from tests.processors.joiner.test_joiner_worker import Topics, Worker, read
 from tests.processors.lake.lake_harness import lake_rows
 
@@ -87,16 +85,11 @@ class Agent:
 
 @pytest.fixture
 def agent(stack: Settings, unique: str, tmp_path: Path) -> Agent:
-    model_topics = ModelTopics(f"{unique}.versions", f"{unique}.channels", f"{unique}.acks")
-    contracts = (VERSIONS_TOPIC, CHANNELS_TOPIC, ACKS_TOPIC)
-    names = (model_topics.versions, model_topics.channels, model_topics.acks)
-    pairs = zip(contracts, names, strict=True)
+    model_topics = ModelTopics.prefixed(unique)
     topics = Topics(unique)
     extra = [TopicSpec(f"{unique}.tasks", "task_id", "AgentTask", 2),
              TopicSpec(f"{unique}.dlq.rollouts", "original key", "dead letters", 1)]  # fmt: skip
-    TopicAdmin(stack.kafka_client_config()).ensure(
-        [*(dataclasses.replace(topic(c), name=n) for c, n in pairs), *topics.specs(), *extra]
-    )
+    TopicAdmin(stack.kafka_client_config()).ensure([*model_topics.specs(), *topics.specs(), *extra])
     codec = make_codec(stack)
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
     corpus = [env.reset(t) for t in env.tasks("train", 200, seed=9)]

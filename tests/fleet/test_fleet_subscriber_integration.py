@@ -17,8 +17,6 @@ from flywheel.settings import Settings
 from model_registry.artifacts import ArtifactRef, publish_artifact
 from model_registry.registry import (
     ACKS_TOPIC,
-    CHANNELS_TOPIC,
-    VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
@@ -27,7 +25,6 @@ from schemas.events import ReplicaAck
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topic_io import read_to_end
-from streams.topics import topic
 
 pytestmark = pytest.mark.integration
 
@@ -79,12 +76,8 @@ class Fleet:
 
 @pytest.fixture
 def fleet(stack: Settings, unique: str, tmp_path: Path) -> Iterator[Fleet]:
-    topics = ModelTopics(f"{unique}.versions", f"{unique}.channels", f"{unique}.acks")
-    contracts = (VERSIONS_TOPIC, CHANNELS_TOPIC, ACKS_TOPIC)
-    names = (topics.versions, topics.channels, topics.acks)
-    TopicAdmin(stack.kafka_client_config()).ensure(
-        dataclasses.replace(topic(c), name=n) for c, n in zip(contracts, names, strict=True)
-    )
+    topics = ModelTopics.prefixed(unique)
+    TopicAdmin(stack.kafka_client_config()).ensure(topics.specs())
     codec = make_codec(stack)
     registry = ModelRegistry(stack.kafka_client_config(), codec, topics=topics)
     fleet = Fleet(stack, codec, topics, registry, tmp_path / "models", [])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
@@ -25,15 +24,11 @@ from flywheel.commands.serve import build_replica, follow
 from flywheel.settings import Settings
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import (
-    ACKS_TOPIC,
-    CHANNELS_TOPIC,
-    VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
 from policies.gate_net import GatePolicyNet, save_policy
 from streams.admin import TopicAdmin
-from streams.topics import topic
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +38,8 @@ CONTEXT = [0.0] * 10
 
 @pytest.fixture
 def topics(stack: Settings, unique: str) -> ModelTopics:
-    names = ModelTopics(f"{unique}.versions", f"{unique}.channels", f"{unique}.acks")
-    contracts = (VERSIONS_TOPIC, CHANNELS_TOPIC, ACKS_TOPIC)
-    TopicAdmin(stack.kafka_client_config()).ensure(
-        dataclasses.replace(topic(c), name=n)
-        for c, n in zip(contracts, (names.versions, names.channels, names.acks), strict=True)
-    )
+    names = ModelTopics.prefixed(unique)
+    TopicAdmin(stack.kafka_client_config()).ensure(names.specs())
     return names
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,31 +11,19 @@ from flywheel.settings import Settings
 from model_registry.artifacts import ArtifactRef, publish_artifact
 from model_registry.errors import ModelRegistryError
 from model_registry.registry import (
-    ACKS_TOPIC,
-    CHANNELS_TOPIC,
-    VERSIONS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
 from schemas.enums import Channel, ModelEventType
 from streams.admin import TopicAdmin
-from streams.topics import topic
 
 pytestmark = pytest.mark.integration
 
 
 def make_model_topics(stack: Settings, unique: str) -> ModelTopics:
     """Per-test copies of the models.* topics, declared like the originals."""
-    names = ModelTopics(f"{unique}.versions", f"{unique}.channels", f"{unique}.acks")
-    specs = [
-        dataclasses.replace(topic(contract), name=name)
-        for contract, name in (
-            (VERSIONS_TOPIC, names.versions),
-            (CHANNELS_TOPIC, names.channels),
-            (ACKS_TOPIC, names.acks),
-        )
-    ]
-    TopicAdmin(stack.kafka_client_config()).ensure(specs)
+    names = ModelTopics.prefixed(unique)
+    TopicAdmin(stack.kafka_client_config()).ensure(names.specs())
     return names
 
 
