@@ -37,7 +37,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch")
     parser.add_argument("--eval-tasks", type=int, default=200)
+    parser.add_argument("--max-depth", type=int, default=3, help="train on depths 1..this")
     parser.add_argument("--flip", action="store_true", help="negate advantages (a bad candidate)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -67,11 +69,12 @@ def main() -> None:
             model.train()
             batch = trials.batch(keep)
             batch["advantage"] = torch.from_numpy(advantage[keep])
-            total, count = task.loss(model, batch)
-            (total / count).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad()
+            for _ in range(args.epochs):  # the ratio to the behaviour policy clips later epochs
+                total, count = task.loss(model, batch)
+                (total / count).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad()
         flat = dropped["flat_group"]
         print(f"iteration {i + 1:3d}: mean trial reward {trials.reward.mean():.3f}, trained on "
               f"{int(keep.sum())} trials ({flat} in flat groups)", flush=True)  # fmt: skip
