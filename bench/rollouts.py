@@ -49,13 +49,11 @@ def _model(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[torch.nn.Mo
     return model, tokenizer
 
 
-def _median_rate(work: Callable[[], int], rounds: int) -> list[float]:
-    rates = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        units = work()
-        rates.append(units / (time.perf_counter() - started))
-    return rates
+def _rate(work: Callable[[], int]) -> float:
+    """Units per second of one call of ``work``."""
+    started = time.perf_counter()
+    units = work()
+    return units / (time.perf_counter() - started)
 
 
 def generation(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, float]:
@@ -86,8 +84,8 @@ def generation(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, 
     plain(), worker()  # warm-up
     base, ours = [], []
     for _ in range(args.rounds):  # alternate, so drift hits both sides alike
-        base += _median_rate(plain, 1)
-        ours += _median_rate(worker, 1)
+        base.append(_rate(plain))
+        ours.append(_rate(worker))
     return statistics.median(base), statistics.median(ours)
 
 
@@ -114,8 +112,8 @@ def scoring(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, flo
 
     base, ours = [], []
     for _ in range(max(2, args.rounds // 2)):
-        base += _median_rate(bare, 1)
-        ours += _median_rate(sandboxed, 1)
+        base.append(_rate(bare))
+        ours.append(_rate(sandboxed))
     return statistics.median(base), statistics.median(ours)
 
 

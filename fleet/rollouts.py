@@ -28,11 +28,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
-from environments.base import EnvironmentRegistry, Task, score_all
+from environments.base import EnvironmentRegistry, Score, Task, score_all
 from environments.errors import TaskEnvironmentError
 from fleet.subscriber import ModelSubscriber
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import Completion, SamplingParams, sample
+from processors.lake.dead_letters import Origin, dead_letter
+from processors.lake.errors import RecordRejected
 from schemas.events import AgentTask, RolloutResult
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
@@ -164,7 +166,7 @@ class RolloutWorker:
         version: int,
         index: int,
         completion: Completion,
-        score: Any,
+        score: Score,
         generate_ms: int,
     ) -> RolloutResult:
         task = request.task
@@ -286,15 +288,11 @@ class KafkaTaskFeed:
             environment.reset(task)  # the spec must be readable before trials are spent on it
         except (DecodeError, TaskEnvironmentError) as exc:
             cause = exc.cause if isinstance(exc, DecodeError) else "invalid_task"
-            headers = [
-                ("flywheel.error", str(exc)[:1000].encode()),
-                ("flywheel.cause", cause.encode()),
-                ("flywheel.stage", b"rollouts"),
-                ("flywheel.topic", (message.topic() or "").encode()),
-                ("flywheel.partition", str(message.partition()).encode()),
-                ("flywheel.offset", str(message.offset()).encode()),
-            ]
-            self._dead_letters.send(self._dlq, message.key(), value, headers)
+            origin = Origin(message.topic() or "", message.partition() or 0,
+                            message.offset() or 0, message.key(), value)  # fmt: skip
+            letter = dead_letter(RecordRejected(cause, str(exc)), origin, stage="rollouts",
+                                 carries_code_text=False)  # fmt: skip
+            self._dead_letters.send(self._dlq, letter.key, letter.value, letter.headers)
             self._dead_letters.flush()
             self.dead_lettered += 1
             return None

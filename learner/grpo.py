@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from learner.errors import LearnerError
-from learner.lm_objective import attention_mask
+from learner.lm_objective import next_token_logprobs
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,14 @@ class GRPOTask:
     def loss(
         self, model: nn.Module, batch: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        input_ids = batch["input_ids"].long()
-        attention = attention_mask(batch["lengths"], input_ids.shape[1])
-        logprobs = _next_token_logprobs(model, input_ids, attention, self.config.temperature)
+        input_ids, lengths = batch["input_ids"].long(), batch["lengths"]
+        logprobs = next_token_logprobs(model, input_ids, lengths, self.config.temperature)
         target = batch["target"][:, 1:].bool() & (batch["weight"] > 0).unsqueeze(-1)
         reference = None
         if self.reference is not None and self.config.kl_coef > 0:
             with torch.no_grad():
-                reference = _next_token_logprobs(
-                    self.reference, input_ids, attention, self.config.temperature
+                reference = next_token_logprobs(
+                    self.reference, input_ids, lengths, self.config.temperature
                 )
         losses = token_losses(
             logprobs, batch["behaviour"][:, 1:].float(), batch["advantage"].float(),
@@ -105,16 +104,6 @@ class GRPOTask:
         )  # fmt: skip
         weighted = losses * batch["weight"].float().unsqueeze(-1)
         return (weighted * target).sum(), target.sum()
-
-
-def _next_token_logprobs(
-    model: nn.Module, input_ids: torch.Tensor, attention: torch.Tensor, temperature: float
-) -> torch.Tensor:
-    """(B, L-1): log-prob of token t+1 given tokens ≤ t, under logits / temperature, aligned so
-    that position t+1 of the windows' columns maps to index t."""
-    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
 @dataclass(frozen=True)

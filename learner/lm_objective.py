@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -21,18 +20,23 @@ def attention_mask(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     return (positions.unsqueeze(0) < lengths.unsqueeze(1)).long()
 
 
+def next_token_logprobs(
+    model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """(B, L-1): log-prob of token t+1 given tokens <= t under logits / ``temperature``, for
+    right-padded rows of ``lengths`` tokens; index t scores the windows' position t+1."""
+    attention = attention_mask(lengths, input_ids.shape[1])
+    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
 class CausalLMTask:
     """Supervised fine-tuning: cross-entropy of every target token given what precedes it."""
 
     def loss(
         self, model: nn.Module, batch: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        input_ids = batch["input_ids"].long()
         target = batch["target"][:, 1:].bool()  # (B, L-1): is token t + 1 trained
-        attention = attention_mask(batch["lengths"], input_ids.shape[1])
-        logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
-        losses = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1), reduction="none"
-        ).reshape(target.shape)
-        count = target.sum()
-        return (losses * target).sum(), count
+        logprobs = next_token_logprobs(model, batch["input_ids"].long(), batch["lengths"])
+        return -(logprobs * target).sum(), target.sum()

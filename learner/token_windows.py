@@ -10,8 +10,6 @@ microbatch into ``(rows, seq_len)`` tensors. A sequence longer than ``seq_len`` 
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ground.durable import fsync_dir
 from learner.errors import LearnerError
-from learner.window_manifest import fsync_tree
+from learner.window_manifest import write_window_atomically
 
 
 @dataclass(frozen=True)
@@ -107,20 +104,8 @@ class TokenSampleSpec:
 def write_token_window(directory: Path, rows: TokenRows, spec: TokenSampleSpec) -> Path:
     """Write ``rows`` as one MDS window at ``directory`` (written beside it, fsynced, renamed
     into place: the window appears whole or not at all). LearnerError if it already exists."""
-    from streaming import MDSWriter  # imported late: importing streaming pulls in torchvision
-
     if directory.exists():
         raise LearnerError(f"token window {directory} already exists; windows are immutable")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    temp = directory.with_name(f".tmp-{directory.name}-{uuid.uuid4().hex[:8]}")
-    try:
-        with MDSWriter(out=str(temp), columns=spec.columns()) as writer:
-            for sample in spec.pack(rows):
-                writer.write(sample)
-        fsync_tree(temp)
-        temp.rename(directory)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    fsync_dir(directory.parent)
+    write_window_atomically(directory, spec.columns(), spec.pack(rows))
     return directory

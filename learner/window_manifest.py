@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -163,6 +165,39 @@ def record_json(record: WindowRecord) -> str:
 
 def _dumps(data: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=1, sort_keys=True)
+
+
+TEMP_PREFIX = ".tmp-"  # a window being written; recovery deletes leftovers
+
+
+def write_window_atomically(
+    directory: Path,
+    columns: Mapping[str, str],
+    samples: Iterable[dict[str, Any]],
+    *,
+    compression: str | None = None,
+    files: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``samples`` as an MDS directory at ``directory``, whole or not at all: into
+    ``<parent>/.tmp-<name>-<token>/`` (plus ``files``, name → text), every file fsynced, renamed
+    into place, the parent fsynced. The temporary directory is removed if anything fails."""
+    from streaming import MDSWriter  # imported late: importing streaming pulls in torchvision
+
+    temp = directory.with_name(f"{TEMP_PREFIX}{directory.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        with MDSWriter(out=str(temp), columns=dict(columns), compression=compression) as writer:
+            for sample in samples:
+                writer.write(sample)
+        # Plain writes: fsync_tree makes every file durable, once, before the rename that makes
+        # the window visible.
+        for name, text in (files or {}).items():
+            (temp / name).write_text(text)
+        fsync_tree(temp)
+        temp.rename(directory)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    fsync_dir(directory.parent)
 
 
 def fsync_tree(directory: Path) -> None:

@@ -20,33 +20,31 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from hashlib import sha256
 from pathlib import Path
 
-from ground.durable import fsync_dir
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
 from learner.lake_rows import Enrich, held_out_mask, max_ms, min_ms, read_table, to_rows
 from learner.samples import RewardRows, SampleSpec
 from learner.window_manifest import (
+    TEMP_PREFIX,
     WINDOW_RECORD_NAME,
     LakeFileRef,
     Manifest,
     WindowRecord,
-    fsync_tree,
     read_manifest,
     record_json,
     write_manifest,
+    write_window_atomically,
 )
 from policies.context import CONTEXT_DIM, CONTEXT_SPEC
 from processors.lake.layout import LakeFile, scan_topic
 
 REWARDS_TOPIC = "rewards"
-TEMP_PREFIX = ".tmp-"
 
 
 def build_window(
@@ -169,19 +167,7 @@ def _ref(lake: Path, f: LakeFile) -> LakeFileRef:
 
 
 def _write_window(root: Path, record: WindowRecord, spec: SampleSpec, rows: RewardRows) -> None:
-    from streaming import MDSWriter  # imported late: importing streaming pulls in torchvision
-
-    temp = root / f"{TEMP_PREFIX}{record.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        with MDSWriter(out=str(temp), columns=spec.columns(), compression=record.compression) as w:
-            for sample in spec.pack(rows):
-                w.write(sample)
-        # A plain write: fsync_tree makes every file of the window durable, once, before the
-        # rename that makes the window visible.
-        (temp / WINDOW_RECORD_NAME).write_text(record_json(record))
-        fsync_tree(temp)
-        temp.rename(root / record.name)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    fsync_dir(root)
+    write_window_atomically(
+        root / record.name, spec.columns(), spec.pack(rows), compression=record.compression,
+        files={WINDOW_RECORD_NAME: record_json(record)},
+    )  # fmt: skip

@@ -136,11 +136,16 @@ def rollouts(
     collector = RolloutCollector(worker.stats, lambda: feed.dead_lettered if feed else 0)
     try:
         with metrics_endpoint(metrics_port, metrics_host, service_registry(collector)):
-            done, last_status = 0, time.monotonic()
+            done, last_status, waiting = 0, time.monotonic(), False
             while not stop.is_set() and (max_tasks is None or done < max_tasks):
                 if subscriber.snapshot.production is None:
-                    _wait_for_production(model, stop)
+                    if not waiting:  # say it once
+                        err.print(f"waiting for a production version of {model} "
+                                  "(`flywheel learn --recipe agent-sft`)")  # fmt: skip
+                    waiting = True
+                    stop.wait(1.0)
                     continue
+                waiting = False
                 want = tasks_per_batch if max_tasks is None else min(tasks_per_batch,
                                                                      max_tasks - done)  # fmt: skip
                 batch = next_batch(want)
@@ -158,14 +163,3 @@ def rollouts(
         if feed is not None:
             feed.close()
     out.print(f"rollouts stopped: {worker.stats.line()}")
-
-
-_waiting: set[str] = set()
-
-
-def _wait_for_production(model: str, stop: threading.Event) -> None:
-    if model not in _waiting:  # say it once
-        err.print(f"waiting for a production version of {model} "
-                  "(`flywheel learn --recipe agent-sft`)")  # fmt: skip
-        _waiting.add(model)
-    stop.wait(1.0)
