@@ -9,20 +9,29 @@ e.g. ``    return upper(reverse(x))``. The named operations are in scope in the 
 
 The pool is seeded. ``eval`` tasks are a fixed set drawn from their own seed namespace;
 ``train`` never yields a task whose id is in it (and ids hash the whole spec, inputs included).
+
+Most completions a trained model writes are compositions of the task's own operations
+(``    return a(b(x))``). Those are scored without running them: :func:`composition` reads the
+text as a syntax tree and accepts nothing but nested calls of the kind's operations on ``x``,
+which this module evaluates with its own operation table. Everything else — any other name,
+attribute, literal, statement — runs in the sandbox. The verdict is the same either way (a
+test checks that both paths agree); the trusted path is about a hundred times faster.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from environments.base import Score, Split, Task
 from environments.errors import TaskEnvironmentError
-from environments.sandbox import SandboxLimits, run_program
+from environments.sandbox import OK, SandboxLimits, run_program
 
 NAME = "program-synthesis"
 FUNCTION = "f"
@@ -30,6 +39,7 @@ HEADER = "def f(x):\n"
 EXAMPLES = 3
 TESTS = 5
 MAX_DEPTH = 3
+TRUSTED_DEPTH = 6  # deeper compositions (square of square of … grows without bound) are sandboxed
 
 # The operations, by the kind of value they map (each maps a kind to itself, so any composition
 # within a kind is valid). One source text: the sandbox runs it, this module executes it to
@@ -119,6 +129,30 @@ def solution(ops: Sequence[str]) -> str:
     return f"    return {call}\n"
 
 
+def composition(completion: str, kind: str) -> tuple[str, ...] | None:
+    """The operations of ``completion`` (innermost first) when it is nothing but ``return`` of
+    nested calls of ``kind``'s operations on ``x``, at most :data:`TRUSTED_DEPTH` deep; else
+    None (the sandbox runs it)."""
+    try:
+        tree = ast.parse(HEADER + completion)
+    except (SyntaxError, ValueError):
+        return None
+    body = tree.body[0].body if len(tree.body) == 1 else []  # type: ignore[attr-defined]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        return None
+    ops: list[str] = []
+    node = body[0].value
+    while isinstance(node, ast.Call):
+        if (not isinstance(node.func, ast.Name) or node.func.id not in OPERATIONS[kind]
+                or len(node.args) != 1 or node.keywords):  # fmt: skip
+            return None
+        ops.append(node.func.id)
+        node = node.args[0]
+    if not (isinstance(node, ast.Name) and node.id == "x") or len(ops) > TRUSTED_DEPTH:
+        return None
+    return tuple(reversed(ops))
+
+
 _INPUTS: Mapping[str, Callable[[random.Random], Any]] = {
     "str": lambda r: "".join(r.choice("abcdeiouxyzABCDEO") for _ in range(r.randint(3, 7))),
     "list": lambda r: [r.randint(-9, 9) for _ in range(r.randint(3, 6))],
@@ -145,14 +179,24 @@ class ProgramSynthesis:
 
     def score(self, task: Task, completion: str) -> Score:
         spec = self._spec(task)
-        run = run_program(HEADER + completion, FUNCTION, spec.tests, prelude=PRELUDE,
-                          limits=self.limits)  # fmt: skip
         expected = [repr(apply(spec.ops, x)) for x in spec.tests]
-        passed = sum(o == e for o, e in zip(run.outputs, expected, strict=True))
-        return Score(
-            {"tests": passed / len(expected)}, passed, len(expected), run.status, run.reason,
-            run.duration_ms,
-        )  # fmt: skip
+        started, ops = time.monotonic(), composition(completion, spec.kind)
+        if ops is not None:  # our own operations: evaluated here, nothing of the model runs
+            outputs: Sequence[str | None] = [repr(apply(ops, x)) for x in spec.tests]
+            status, reason = OK, ""
+            duration_ms = round((time.monotonic() - started) * 1000)
+        else:
+            run = run_program(HEADER + completion, FUNCTION, spec.tests, prelude=PRELUDE,
+                              limits=self.limits)  # fmt: skip
+            outputs, status, reason, duration_ms = (
+                run.outputs,
+                run.status,
+                run.reason,
+                run.duration_ms,
+            )
+        passed = sum(o == e for o, e in zip(outputs, expected, strict=True))
+        return Score({"tests": passed / len(expected)}, passed, len(expected), status, reason,
+                     duration_ms)  # fmt: skip
 
     def solution(self, task: Task) -> str:
         """A correct completion of ``task`` (the supervised warm-up's reference)."""

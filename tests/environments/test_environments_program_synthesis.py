@@ -10,7 +10,18 @@ import pytest
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import score_all
 from environments.errors import TaskEnvironmentError
-from environments.program_synthesis import MAX_DEPTH, ProgramSynthesis, Spec, apply, solution
+from environments.program_synthesis import (
+    HEADER,
+    MAX_DEPTH,
+    OPERATIONS,
+    PRELUDE,
+    ProgramSynthesis,
+    Spec,
+    apply,
+    composition,
+    solution,
+)
+from environments.sandbox import run_program
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +66,33 @@ def test_the_reference_solution_passes_and_wrong_ones_do_not(env: ProgramSynthes
     assert all(s.passed and s.components == {"tests": 1.0} for s in scores[:6])
     assert all(s.status == "syntax_error" and s.reward == 0.0 for s in scores[12:])
     assert sum(s.passed for s in scores[6:12]) < 6  # identity solves few tasks
+
+
+def test_compositions_are_scored_without_running_them_and_agree_with_the_sandbox(
+    env: ProgramSynthesis,
+) -> None:
+    task = env.task(random.Random(3), 2)
+    kind, ops = Spec.from_json(task.spec).kind, OPERATIONS[Spec.from_json(task.spec).kind]
+    names = sorted(ops)
+    candidates = [env.solution(task), "    return x\n", f"    return {names[0]}(x)\n",
+                  f"    return {names[1]}({names[0]}(x))\n"]  # fmt: skip
+    for completion in candidates:
+        assert composition(completion, kind) is not None
+        trusted = env.score(task, completion)
+        spec = Spec.from_json(task.spec)
+        run = run_program(HEADER + completion, "f", spec.tests, prelude=PRELUDE)
+        expected = [repr(apply(spec.ops, x)) for x in spec.tests]
+        assert trusted.tests_passed == sum(
+            o == e for o, e in zip(run.outputs, expected, strict=True)
+        )
+        assert trusted.status == run.status == "ok"
+    # anything but nested calls of the kind's own operations on x goes to the sandbox
+    other = next(k for k in OPERATIONS if k != kind)
+    for completion in [f"    return {sorted(OPERATIONS[other])[0]}(x)\n", "    return x[::-1]\n",
+                       "    import os\n    return x\n", "    return open('x')\n",
+                       "    return " + "(".join([names[0]] * 7) + "(x" + ")" * 7 + "\n",
+                       "return x\n", f"    return {names[0]}(x, x)\n"]:  # fmt: skip
+        assert composition(completion, kind) is None
 
 
 def test_a_bad_spec_names_the_problem(env: ProgramSynthesis) -> None:
