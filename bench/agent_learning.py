@@ -4,7 +4,7 @@ eval suite's greedy pass@1 before and after (the same held-out tasks).
     .venv/bin/python -m bench.agent_learning --checkpoint DIR [--iterations 25 --tasks 16
         --group 8 --lr 3e-4] [--flip]   # --flip: advantages negated (a planted bad candidate)
 
-Each iteration: sample ``group`` trials of ``tasks`` training tasks (temperature 1), score them
+Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temperature), score them
 in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat
 groups, and take one optimizer step of the GRPO objective (learner.grpo) on the trials' tokens
 with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--temperature", type=float, default=1.0, help="the trials' sampling")
     parser.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch")
     parser.add_argument("--eval-tasks", type=int, default=200)
     parser.add_argument("--max-depth", type=int, default=3, help="train on depths 1..this")
@@ -56,7 +57,7 @@ def main() -> None:
         env.tasks("train", args.tasks * args.iterations, seed=args.seed + 1),
         random.Random(0),
     )
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=24)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=24)
     for i in range(args.iterations):
         tasks = pool[i * args.tasks : (i + 1) * args.tasks]
         model.eval()

@@ -9,41 +9,14 @@ advantage formula), for studies of the objective (``bench/agent_learning.py``) a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from environments.base import Environment, Task, score_all
-from learner.token_windows import TokenRows, pack_sequences
+from learner.agent_windows import AgentRows, agent_rows
 from policies.agent_sampling import SamplingParams, sample
 from processors.rewards.rollouts import normalised_advantages
-
-
-@dataclass(frozen=True)
-class TrialRows:
-    """Token rows of trials plus what GRPO needs: ``behaviour`` (n, L) float32 (μ of the token
-    at each target position, 0 elsewhere), ``advantage`` (n,), ``reward`` (n,), ``group`` (n,)."""
-
-    tokens: TokenRows
-    behaviour: np.ndarray
-    advantage: np.ndarray
-    reward: np.ndarray
-    group: np.ndarray
-
-    def batch(self, keep: np.ndarray | None = None) -> dict[str, torch.Tensor]:
-        """The rows (or those ``keep`` selects) as the tensors `learner.grpo.GRPOTask` reads."""
-        rows = slice(None) if keep is None else keep
-        n = len(self.advantage) if keep is None else int(np.count_nonzero(keep))
-        return {
-            "input_ids": torch.from_numpy(self.tokens.input_ids[rows]),
-            "target": torch.from_numpy(self.tokens.target[rows]),
-            "lengths": torch.from_numpy(self.tokens.lengths[rows]),
-            "behaviour": torch.from_numpy(self.behaviour[rows]),
-            "advantage": torch.from_numpy(self.advantage[rows]),
-            "weight": torch.ones(n),
-        }
 
 
 def collect_trials(
@@ -56,8 +29,10 @@ def collect_trials(
     *,
     seq_len: int,
     seed: int | None = None,
-) -> TrialRows:
-    """``group_size`` trials of each task, scored in the sandbox, as training rows."""
+    version: int = 0,
+) -> AgentRows:
+    """``group_size`` trials of each task, scored in the sandbox, as training rows (version
+    ``version``, one group per task)."""
     groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
                     sampling, seed=seed)  # fmt: skip
     trials = [(environment, task, c.text) for task, group in zip(tasks, groups, strict=True)
@@ -68,13 +43,11 @@ def collect_trials(
         for i in range(len(tasks))
     ]).astype(np.float32)  # fmt: skip
     completions = [c for group in groups for c in group]
-    tokens = pack_sequences(
-        [c.prompt_ids for c in completions], [c.token_ids for c in completions], seq_len,
-        tokenizer.pad_token_id,
+    return agent_rows(
+        [c.prompt_ids for c in completions], [c.token_ids for c in completions],
+        [c.logprobs for c in completions], temperature=[sampling.temperature] * len(completions),
+        advantage=advantages, reward=rewards,
+        version=[version] * len(completions),
+        group=[t.task_id for t in tasks for _ in range(group_size)],
+        seq_len=seq_len, pad_id=tokenizer.pad_token_id,
     )  # fmt: skip
-    behaviour = np.zeros(tokens.input_ids.shape, dtype=np.float32)
-    for row, completion in enumerate(completions):
-        positions = np.flatnonzero(tokens.target[row])
-        behaviour[row, positions] = completion.logprobs
-    names = np.repeat(np.arange(len(tasks)), group_size)  # a group per task of this batch
-    return TrialRows(tokens, behaviour, advantages, rewards, names)

@@ -12,6 +12,7 @@ and promoted to production, its pass@1 in the event's metrics.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 import time
 from collections.abc import Callable
@@ -93,6 +94,11 @@ class AgentSFTConfig:
     @classmethod
     def load(cls, path: Path = DEFAULT_SFT_CONFIG) -> AgentSFTConfig:
         return load_config(cls, path)
+
+    def digest(self) -> str:
+        """12 hex of the settings that determine the trained weights (all but the name)."""
+        settings = dataclasses.asdict(dataclasses.replace(self, model_name=""))
+        return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

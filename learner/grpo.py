@@ -3,7 +3,7 @@
 Notation per completion token t of a trial with group-relative advantage A (from the joiner's
 ``grpo@1`` Rewards): μ_t the behaviour log-prob recorded by the rollout worker (the distribution
 the token was drawn from, logits / temperature), π_t the trained policy's under the same
-temperature, rho_t = exp(π_t - μ_t).
+temperature (each row carries its trial's sampling temperature), rho_t = exp(π_t - μ_t).
 
 * **Ratio against the behaviour policy.** rho is taken against μ from the rollout itself, never a
   recomputed "old" policy: the trials were produced by versions the registry served, possibly a
@@ -45,15 +45,14 @@ class GRPOConfig:
     clip_high: float = 0.28  # ε_high (DAPO's clip-higher keeps exploration alive)
     tis_cap: float = 2.0  # C: most any token's importance weight counts
     kl_coef: float = 0.0  # β of the k3 KL to the reference; 0: no reference forward pass
-    temperature: float = 1.0  # the rollouts' sampling temperature (μ was taken under it)
 
     def __post_init__(self) -> None:
         if not (0 < self.clip_low < 1 and self.clip_high > 0 and self.tis_cap > 1):
             raise LearnerError(
                 f"objective needs 0 < clip_low < 1, clip_high > 0, tis_cap > 1: {self}"
             )
-        if self.kl_coef < 0 or self.temperature <= 0:
-            raise LearnerError("objective.kl_coef must be >= 0 and temperature > 0")
+        if self.kl_coef < 0:
+            raise LearnerError("objective.kl_coef must be >= 0")
 
 
 def token_losses(
@@ -80,29 +79,39 @@ def token_losses(
 class GRPOTask:
     """The agent recipe's `TrainingTask` over agent token windows: columns ``input_ids``,
     ``target`` (completion tokens), ``lengths``, ``behaviour`` (μ at each target position),
-    ``advantage`` and ``weight`` (per row; 0 for padding rows)."""
+    ``temperature`` (the trial's sampling temperature), ``advantage``, ``weight`` (per row; 0
+    for padding rows) and, with ``oldest_version``, ``version``: rows sampled by an older
+    version (the staleness bound) weigh 0."""
 
-    def __init__(self, config: GRPOConfig, reference: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        config: GRPOConfig,
+        reference: nn.Module | None = None,
+        oldest_version: int | None = None,
+    ) -> None:
         self.config = config
         self.reference = reference
+        self.oldest_version = oldest_version
 
     def loss(
         self, model: nn.Module, batch: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, lengths = batch["input_ids"].long(), batch["lengths"]
-        logprobs = next_token_logprobs(model, input_ids, lengths, self.config.temperature)
-        target = batch["target"][:, 1:].bool() & (batch["weight"] > 0).unsqueeze(-1)
+        weight = batch["weight"].float()
+        if self.oldest_version is not None:
+            weight = weight * (batch["version"] >= self.oldest_version)
+        temperature = batch["temperature"].float()
+        logprobs = next_token_logprobs(model, input_ids, lengths, temperature)
+        target = batch["target"][:, 1:].bool() & (weight > 0).unsqueeze(-1)
         reference = None
         if self.reference is not None and self.config.kl_coef > 0:
             with torch.no_grad():
-                reference = next_token_logprobs(
-                    self.reference, input_ids, lengths, self.config.temperature
-                )
+                reference = next_token_logprobs(self.reference, input_ids, lengths, temperature)
         losses = token_losses(
             logprobs, batch["behaviour"][:, 1:].float(), batch["advantage"].float(),
             self.config, reference,
         )  # fmt: skip
-        weighted = losses * batch["weight"].float().unsqueeze(-1)
+        weighted = losses * weight.unsqueeze(-1)
         return (weighted * target).sum(), target.sum()
 
 

@@ -21,12 +21,18 @@ def attention_mask(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
 
 
 def next_token_logprobs(
-    model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, temperature: float = 1.0
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
 ) -> torch.Tensor:
-    """(B, L-1): log-prob of token t+1 given tokens <= t under logits / ``temperature``, for
-    right-padded rows of ``lengths`` tokens; index t scores the windows' position t+1."""
+    """(B, L-1): log-prob of token t+1 given tokens <= t under logits / ``temperature`` (one,
+    or (B,): each row's own), for right-padded rows of ``lengths`` tokens; index t scores the
+    windows' position t+1."""
     attention = attention_mask(lengths, input_ids.shape[1])
     logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+    if isinstance(temperature, torch.Tensor):
+        temperature = temperature.reshape(-1, 1, 1)
     logprobs = torch.log_softmax(logits / temperature, dim=-1)
     return logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 

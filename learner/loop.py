@@ -16,9 +16,8 @@ import hashlib
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +29,9 @@ from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import LearnerConfig
 from learner.errors import LearnerError
 from learner.features import feature_columns, point_in_time_enrich
-from learner.gate import (
-    CanaryVerdict,
-    GateDecision,
-    GatePolicy,
-    OffPolicyGate,
-    canary_decision,
-)
+from learner.gate import GatePolicy, OffPolicyGate
 from learner.lake_rows import Enrich, load_rows
+from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
 from learner.loader import WindowStream
 from learner.objective import GateObjective, fit_reward_model
 from learner.replay import plan_streams
@@ -46,11 +40,11 @@ from learner.trainer import Trainer
 from learner.window_manifest import WindowRecord, read_manifest
 from learner.windows import build_window
 from model_registry.artifacts import publish_artifact, verify_artifact
-from model_registry.canary import CanaryMonitor, user_baselines
-from model_registry.registry import DECIDED, ModelRegistry
+from model_registry.canary import user_baselines
+from model_registry.registry import ModelRegistry
 from policies.gate_net import GatePolicyNet, ServingPolicy, load_net, save_policy
 from policies.policy import Policy
-from schemas.enums import Channel, ModelEventType
+from schemas.enums import Channel
 from schemas.events import LakeOffsetRange, TrainingWindow
 from streams.serde import AvroCodec
 
@@ -63,21 +57,6 @@ class LearnerPaths:
     mds_root: Path  # mds/<dataset>/ per model
     models_root: Path  # models/<model>/<version>/ artifacts
     runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
-
-
-@dataclass
-class LearnerStats:
-    """What the learner did since it started (read by ``flywheel.metrics`` at scrape time)."""
-
-    train_rows: int = 0  # rows trained on, over all versions
-    decisions: Counter[str] = field(default_factory=Counter)  # ModelEventType name -> count
-
-
-@dataclass(frozen=True)
-class CycleResult:
-    version: int
-    decision: ModelEventType
-    reason: str
 
 
 class ContinuousLearner:
@@ -100,6 +79,11 @@ class ContinuousLearner:
         self.fallback = fallback  # what production is while no version is promoted (v0)
         self.log = log
         self.stats = LearnerStats()
+        self.lifecycle = VersionLifecycle(
+            self.registry, kafka_config, codec, model_name, reward_fn=config.reward_fn,
+            source="SUGGESTION", canary=config.canary, stats=self.stats, baseline=self._baseline,
+            log=log,
+        )  # fmt: skip
         self.dataset = model_name
         self._enrich: Enrich | None = None
         self._extra_columns: tuple[str, ...] = ()
@@ -116,9 +100,9 @@ class ContinuousLearner:
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
         """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
         results: list[CycleResult] = []
-        self._finish_interrupted(stop)
+        self.lifecycle.finish_interrupted(stop)
         while not stop.is_set():
-            decided = self._decided_count()
+            decided = self.lifecycle.decided_count()
             if max_versions is not None and decided >= max_versions:
                 self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
                 break
@@ -130,20 +114,10 @@ class ContinuousLearner:
                 results.append(result)
         return results
 
-    def _decided_count(self) -> int:
-        return sum(v.status in DECIDED for v in self.registry.versions(self.model_name).values())
-
-    def _trained_windows(self) -> set[str]:
-        return {
-            name
-            for state in self.registry.versions(self.model_name).values()
-            for name in state.events[0].training_window.mds_windows
-        }
-
     def _wait_for_windows(self, stop: threading.Event) -> list[WindowRecord]:
         """Build windows from new lake files until untrained windows hold enough rows."""
         c = self.config
-        trained = self._trained_windows()
+        trained = self.lifecycle.trained_windows()
         last_note = 0.0
         while not stop.is_set():
             build_window(
@@ -214,22 +188,9 @@ class ContinuousLearner:
                 WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
             },
         )
-        return self._gate_and_canary(version, parent_version, decision, stop)
-
-    def _gate_and_canary(
-        self, version: int, parent: int | None, decision: GateDecision, stop: threading.Event
-    ) -> CycleResult:
-        kind = ModelEventType.GATE_PASSED if decision.passed else ModelEventType.GATE_FAILED
         fields = decision.event_fields()
         reason = str(fields.pop("reason"))
-        self.registry.record_step(self.model_name, version, kind, reason=reason, **fields)
-        self.log(f"v{version}: {kind.name} — {decision.reason}")
-        self.stats.decisions[kind.name] += 1
-        if not decision.passed:
-            return CycleResult(version, kind, decision.reason)
-        result = self._canary(version, parent or 0, stop)
-        self.stats.decisions[result.decision.name] += 1
-        return result
+        return self.lifecycle.gate(version, parent_version, decision.passed, reason, stop, **fields)
 
     def _baseline(self, production: int) -> dict[str, float]:
         """Users' mean reward under ``production`` in the newest windows (CUPED covariate)."""
@@ -239,67 +200,6 @@ class ContinuousLearner:
         files = [self.paths.lake / f.path for w in recent for f in w.files]
         return user_baselines([f for f in files if f.exists()], self.model_name, production,
                               c.reward_fn)  # fmt: skip
-
-    def _canary(self, version: int, production: int, stop: threading.Event) -> CycleResult:
-        c = self.config.canary
-        baseline = self._baseline(production)
-        monitor = CanaryMonitor(
-            self._kafka_config,
-            self._codec,
-            self.model_name,
-            self.config.reward_fn,
-            version,
-            production,
-        )
-        self.registry.start_canary(self.model_name, version, c.traffic_fraction)
-        self.log(f"v{version}: canary on {c.traffic_fraction:.0%} of users vs v{production}")
-        deadline = time.monotonic() + c.timeout_s
-        try:
-            while True:
-                monitor.poll(1.0)
-                verdict = canary_decision(
-                    *monitor.rewards(),
-                    min_requests=c.min_requests,
-                    confidence=c.confidence,
-                    tolerance=c.tolerance,
-                    max_requests=c.max_requests,
-                )
-                timed_out = time.monotonic() >= deadline or stop.is_set()
-                if verdict.verdict is not CanaryVerdict.CONTINUE or timed_out:
-                    break
-        finally:
-            monitor.close()
-        adjusted = " (CUPED-adjusted for each arm's users)" if baseline else ""
-        if verdict.verdict is CanaryVerdict.PROMOTE:
-            why = verdict.reason + adjusted
-            self.registry.promote(self.model_name, version, reason=why)
-            self.log(f"v{version}: PROMOTED — {why}")
-            return CycleResult(version, ModelEventType.PROMOTED, why)
-        if verdict.verdict is CanaryVerdict.ROLLBACK:
-            why = verdict.reason + adjusted
-        elif stop.is_set():
-            why = f"the learner stopped during the canary ({verdict.reason}{adjusted})"
-        else:
-            why = f"no decision within the canary's limits ({verdict.reason}{adjusted})"
-        self.registry.stop_canary(self.model_name, reason=why)
-        self.log(f"v{version}: ROLLED_BACK — {why}")
-        return CycleResult(version, ModelEventType.ROLLED_BACK, why)
-
-    def _finish_interrupted(self, stop: threading.Event) -> None:
-        """Settle a version a crash left undecided (after REGISTERED, GATE_PASSED or canary)."""
-        for state in self.registry.versions(self.model_name).values():
-            if state.status is ModelEventType.REGISTERED:
-                self.registry.record_step(
-                    self.model_name,
-                    state.version,
-                    ModelEventType.GATE_FAILED,
-                    reason="the learner stopped before the gate decided; retrained next cycle",
-                )
-            elif state.status in (ModelEventType.GATE_PASSED, ModelEventType.CANARY_STARTED):
-                if state.status is ModelEventType.CANARY_STARTED:
-                    self.registry.stop_canary(self.model_name, reason="learner restarted")
-                    continue
-                self._canary(state.version, state.parent_version or 0, stop)
 
     # Pieces -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ microbatch into ``(rows, seq_len)`` tensors. A sequence longer than ``seq_len`` 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,30 +66,32 @@ def pack_sequences(
 
 @dataclass(frozen=True)
 class TokenSampleSpec:
-    """The MDS layout of a token window."""
+    """The MDS layout of a token window: per-row arrays (``input_ids``, ``target``, ``lengths``
+    and any others a recipe adds, e.g. the agent's behaviour log-probs and advantages) packed
+    ``rows_per_sample`` rows to a sample, plus ``n_rows``."""
 
     seq_len: int
     rows_per_sample: int = 16
 
-    def columns(self) -> dict[str, str]:
-        r, n = self.rows_per_sample, self.seq_len
-        return {
-            "input_ids": f"ndarray:int32:{r},{n}",
-            "target": f"ndarray:uint8:{r},{n}",
-            "lengths": f"ndarray:int32:{r}",
-            "n_rows": "int32",
-        }
-
-    def pack(self, rows: TokenRows) -> Iterator[dict[str, Any]]:
-        """Samples of ``rows_per_sample`` rows; the last padded with empty rows (no target)."""
-        if rows.input_ids.shape[1] != self.seq_len:
-            raise LearnerError(
-                f"rows have seq_len {rows.input_ids.shape[1]}, the window {self.seq_len}"
-            )
+    def columns(self, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+        """MDS column types of the per-row ``arrays``, plus ``n_rows``."""
         r = self.rows_per_sample
-        arrays = {"input_ids": rows.input_ids, "target": rows.target, "lengths": rows.lengths}
-        for start in range(0, len(rows), r):
-            count = min(r, len(rows) - start)
+        columns = {
+            name: f"ndarray:{a.dtype.name}:{','.join(str(d) for d in (r, *a.shape[1:]))}"
+            for name, a in arrays.items()
+        }
+        return {**columns, "n_rows": "int32"}
+
+    def pack(self, rows: TokenRows | Mapping[str, np.ndarray]) -> Iterator[dict[str, Any]]:
+        """Samples of ``rows_per_sample`` rows; the last padded with zero rows (no target)."""
+        arrays = token_arrays(rows) if isinstance(rows, TokenRows) else rows
+        if arrays["input_ids"].shape[1] != self.seq_len:
+            raise LearnerError(
+                f"rows have seq_len {arrays['input_ids'].shape[1]}, the window {self.seq_len}"
+            )
+        r, total = self.rows_per_sample, len(arrays["input_ids"])
+        for start in range(0, total, r):
+            count = min(r, total - start)
             sample: dict[str, Any] = {}
             for name, array in arrays.items():
                 part = array[start : start + r]
@@ -101,11 +103,18 @@ class TokenSampleSpec:
             yield sample
 
 
-def write_token_window(directory: Path, rows: TokenRows, spec: TokenSampleSpec) -> Path:
+def token_arrays(rows: TokenRows) -> dict[str, np.ndarray]:
+    return {"input_ids": rows.input_ids, "target": rows.target, "lengths": rows.lengths}
+
+
+def write_token_window(
+    directory: Path, rows: TokenRows | Mapping[str, np.ndarray], spec: TokenSampleSpec
+) -> Path:
     """Write ``rows`` as one MDS window at ``directory`` (written beside it, fsynced, renamed
     into place: the window appears whole or not at all). LearnerError if it already exists."""
     if directory.exists():
         raise LearnerError(f"token window {directory} already exists; windows are immutable")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    write_window_atomically(directory, spec.columns(), spec.pack(rows))
+    arrays = token_arrays(rows) if isinstance(rows, TokenRows) else rows
+    write_window_atomically(directory, spec.columns(arrays), spec.pack(arrays))
     return directory

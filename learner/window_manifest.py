@@ -66,6 +66,11 @@ class WindowRecord:
     max_event_time_ms: int | None = None
     created_at: str = ""
     max_attributed_ms: int | None = None  # newest reward in the window (processor clock)
+    # Token windows (learner.agent_windows): Rewards whose rollout never reached the lake, rows
+    # without signal (advantage 0), and completion tokens the window trains.
+    expired_rows: int = 0
+    zero_advantage_rows: int = 0
+    trained_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -76,7 +76,7 @@ def build_window(
     split = split or HoldoutSplit()
     root = mds_root / dataset
     root.mkdir(parents=True, exist_ok=True)
-    with _dataset_lock(root):
+    with dataset_lock(root):
         manifest = recover(root, dataset, reward_fn)
         new = pending_files(lake, manifest, topic)[:max_files]
         if not new:
@@ -93,7 +93,7 @@ def build_window(
             seq=seq,
             reward_fn=reward_fn,
             context_spec=context_spec,
-            files=tuple(_ref(lake, f) for f in new),
+            files=tuple(lake_ref(lake, f) for f in new),
             rows=len(train),
             heldout_rows=int(held.sum()),
             skipped_rows=skipped,
@@ -147,7 +147,7 @@ def recover(root: Path, dataset: str, reward_fn: str) -> Manifest:
 
 
 @contextmanager
-def _dataset_lock(root: Path) -> Iterator[None]:
+def dataset_lock(root: Path) -> Iterator[None]:
     with open(root / ".lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -161,7 +161,7 @@ def _dataset_lock(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _ref(lake: Path, f: LakeFile) -> LakeFileRef:
+def lake_ref(lake: Path, f: LakeFile) -> LakeFileRef:
     path = f.path.relative_to(lake) if f.path.is_relative_to(lake) else f.path
     return LakeFileRef(f.topic, f.partition, f.first, f.last, str(path))
 

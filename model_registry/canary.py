@@ -29,7 +29,8 @@ REWARDS_TOPIC = "rewards"
 
 
 class CanaryMonitor:
-    """Collects rewards of ``canary_version`` and ``production_version`` of ``model_name``."""
+    """Collects rewards of ``canary_version`` and ``production_version`` of ``model_name``
+    (``source`` Rewards: SUGGESTION per request, ROLLOUT per agent trial)."""
 
     def __init__(
         self,
@@ -41,8 +42,9 @@ class CanaryMonitor:
         production_version: int,
         *,
         topic: str = REWARDS_TOPIC,
+        source: str = "SUGGESTION",
     ) -> None:
-        self._codec, self._topic = codec, topic
+        self._codec, self._topic, self._source = codec, topic, source
         self._model, self._fn = model_name, reward_fn
         # version → [(user_id, reward)] per request
         self._arms: dict[int, list[tuple[str | None, float]]] = {
@@ -64,7 +66,7 @@ class CanaryMonitor:
             if msg.error() or value is None:
                 continue
             try:
-                r = self._codec.decode(self._topic, value)
+                r = self._codec.decode(REWARDS_TOPIC, value)  # the schema of any copy of it
             except DecodeError:
                 continue  # the sink dead-letters it; the canary just does not count it
             arm = self._arms.get(r["model_version"])
@@ -72,7 +74,7 @@ class CanaryMonitor:
                 arm is not None
                 and r["model_name"] == self._model
                 and r["reward_fn"] == self._fn
-                and r["source"] == "SUGGESTION"
+                and r["source"] == self._source
             ):
                 arm.append((r.get("user_id"), float(r["reward"])))
                 counted += 1

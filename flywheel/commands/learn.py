@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def _log(message: str) -> None:
     err.print(f"{datetime.now(UTC):%H:%M:%S} learner: {message}", highlight=False)
 
 
-RECIPES = ("gate", "agent-sft")
+RECIPES = ("gate", "agent-sft", "agent")
 GATE_MODEL = "suggestion-gate"
 
 
@@ -34,14 +35,15 @@ GATE_MODEL = "suggestion-gate"
     default="gate",
     show_default=True,
     help="gate: the continuous suggestion-gate learner. agent-sft: the agent LM's first "
-    "version, by supervised warm-up (then it exits).",
+    "version, by supervised warm-up (then it exits). agent: the agent LM's continuous RL "
+    "learner.",
 )
 @click.option(
     "--model",
     "model_name",
     default=None,
     help=f"Model to train; only its own reward rows are used. Default: {GATE_MODEL} (gate), "
-    "the config's model_name (agent-sft).",
+    "the config's model_name (agent-sft, agent).",
 )
 @click.option(
     "--config",
@@ -49,7 +51,7 @@ GATE_MODEL = "suggestion-gate"
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help="The recipe's config (YAML). Default: learner/configs/default.yaml (gate), "
-    "learner/configs/agent/sft.yaml (agent-sft).",
+    "learner/configs/agent/sft.yaml (agent-sft), learner/configs/agent/rl.yaml (agent).",
 )
 @click.option(
     "--max-versions",
@@ -75,8 +77,8 @@ def learn(
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    """Turn new lake rewards into gated model versions, continuously (--recipe gate), or train
-    the agent LM's first version (--recipe agent-sft).
+    """Turn new lake rewards into gated model versions, continuously (--recipe gate, agent), or
+    train the agent LM's first version (--recipe agent-sft).
 
     gate: each cycle waits for new Reward files in the lake, converts them into an MDS window,
     trains the suggestion gate warm-started from production (checkpoints, autoresume), evaluates
@@ -87,12 +89,29 @@ def learn(
     agent-sft: trains a tokenizer and the LM on reference solutions of the environment's
     training tasks, records its eval-suite pass@1 (held-out tasks) and registers it as the
     agent's production version. A killed run resumes from its checkpoints.
+
+    agent: each cycle turns new rewarded rollouts in the lake into token windows, trains the
+    agent LM warm-started from production with a GRPO-family objective (behaviour log-probs,
+    clip-higher, truncated importance sampling, a staleness bound), compares it with production
+    on the held-out eval suite (paired pass@1 and reward with bootstrap bounds), and canaries a
+    passing version on a share of the rollout workers' tasks before promoting or rolling back.
     """
     import dataclasses
 
     settings = Settings.from_env()
     if recipe == "agent-sft":
         _agent_sft(settings, model_name, config_path, duration)
+        return
+    paths = LearnerPaths(
+        lake=settings.lake,
+        mds_root=settings.home / "mds",
+        models_root=settings.home / "models",
+        runs_root=settings.home / "runs",
+    )
+    stop = stop_on_signals()
+    if recipe == "agent":
+        _agent(settings, paths, stop, model_name, config_path, max_versions, min_rows, duration,
+               metrics_port, metrics_host)  # fmt: skip
         return
     model_name = model_name or GATE_MODEL
     config = LearnerConfig.load(config_path or DEFAULT_CONFIG_PATH)
@@ -105,13 +124,6 @@ def learn(
             config, train=dataclasses.replace(config.train, duration=duration)
         )
     fallback = build_policy(load_config(SIMULATOR_CONFIG_PATH).policy)  # v0: the heuristic
-    paths = LearnerPaths(
-        lake=settings.lake,
-        mds_root=settings.home / "mds",
-        models_root=settings.home / "models",
-        runs_root=settings.home / "runs",
-    )
-    stop = stop_on_signals()
     learner = ContinuousLearner(
         config,
         model_name,
@@ -125,6 +137,40 @@ def learn(
     if config.features:
         _log(f"policy input: context + features {', '.join(config.features)} (point in time)")
     registry = service_registry(LearnerCollector(learner.stats, model_name))
+    with metrics_endpoint(metrics_port, metrics_host, registry):
+        results = learner.run(stop, max_versions)
+    _log(f"stopped after {len(results)} version(s) this run")
+
+
+def _agent(
+    settings: Settings,
+    paths: LearnerPaths,
+    stop: threading.Event,
+    model_name: str | None,
+    config_path: Path | None,
+    max_versions: int | None,
+    min_rows: int | None,
+    duration: str | None,
+    metrics_port: int,
+    metrics_host: str,
+) -> None:
+    import dataclasses
+
+    from learner.agent_loop import DEFAULT_AGENT_CONFIG, AgentLearner, AgentRLConfig
+
+    config = AgentRLConfig.load(config_path or DEFAULT_AGENT_CONFIG)
+    changes: dict[str, object] = {}
+    if model_name is not None:
+        changes["model_name"] = model_name
+    if min_rows is not None:
+        changes["loop"] = dataclasses.replace(config.loop, min_new_rows=min_rows)
+    if duration is not None:
+        changes["train"] = dataclasses.replace(config.train, duration=duration)
+    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+    learner = AgentLearner(config, paths, settings.kafka_client_config(), codec(settings),
+                           log=_log)  # fmt: skip
+    _log(f"agent {config.model_name}: lake {paths.lake}, MDS {paths.mds_root}/{learner.dataset}")
+    registry = service_registry(LearnerCollector(learner.stats, config.model_name))
     with metrics_endpoint(metrics_port, metrics_host, registry):
         results = learner.run(stop, max_versions)
     _log(f"stopped after {len(results)} version(s) this run")
@@ -146,7 +192,9 @@ def _agent_sft(
             config, train=dataclasses.replace(config.train, duration=duration)
         )
     registry = ModelRegistry(settings.kafka_client_config(), codec(settings))
-    run_dir = settings.home / "runs" / config.model_name / "sft"
+    # Keyed by what determines the weights (not the model's name): a second model warmed up with
+    # the same config reuses the finished run, and a killed run resumes.
+    run_dir = settings.home / "runs" / "agent-sft" / config.digest()
     _log(f"agent-sft: {config.model_name} ({config.model.architecture}), run {run_dir}")
     result = run_sft(
         config, run_dir, registry=registry, models_root=settings.home / "models", log=_log

@@ -53,10 +53,15 @@ def test_the_lm_loss_counts_target_tokens_only() -> None:
 
 
 def test_every_agent_config_file_loads() -> None:
+    from learner.agent_loop import DEFAULT_AGENT_CONFIG, AgentRLConfig
+
+    recipes = {"sft": AgentSFTConfig, "rl": AgentRLConfig}
     for path in sorted(DEFAULT_SFT_CONFIG.parent.glob("*.yaml")):
-        config = AgentSFTConfig.load(path)
+        config = recipes[path.stem.split("-")[0]].load(path)
         assert config.train.batch_size >= 1 and config.eval.tasks >= 1
-    assert AgentSFTConfig.load(DEFAULT_SFT_CONFIG) == AgentSFTConfig()  # spells out every default
+    # the default files spell out every default
+    assert AgentSFTConfig.load(DEFAULT_SFT_CONFIG) == AgentSFTConfig()
+    assert AgentRLConfig.load(DEFAULT_AGENT_CONFIG) == AgentRLConfig()
 
 
 def test_warm_up_learns_and_saves_an_hf_checkpoint(tmp_path: Path) -> None:

@@ -1,0 +1,299 @@
+"""`flywheel learn --recipe agent`: the agent LM's continuous RL learner (DESIGN §12).
+
+    wait for rewarded trials in the lake → token windows (learner.agent_windows)
+      → GRPO on them, warm-started from production (checkpoints, autoresume, microbatches)
+      → the eval suite: candidate vs production, paired, on held-out tasks (learner.agent_gate)
+      → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
+        workers' tasks, decided on the online trial reward → PROMOTED or ROLLED_BACK → repeat
+
+Trials sampled by a version more than ``loop.max_staleness`` versions behind production weigh 0
+(counted). Restartable like the gate's loop: windows are converted once, a run resumes from its
+newest complete checkpoint (its save directory is named after its newest window), a version a
+crash left undecided is settled on the next start, and no window is trained by two versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from learner.agent_eval import EvalResult, evaluate
+from learner.agent_gate import AgentGateConfig, decide
+from learner.agent_sft import EvalConfig
+from learner.agent_windows import TokenWindowConfig, build_agent_window
+from learner.checkpoints import find_resume_checkpoint, load_model_state
+from learner.config import CanaryConfig, StreamsConfig, load_config
+from learner.errors import LearnerError
+from learner.grpo import GRPOConfig, GRPOTask
+from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
+from learner.loader import WindowStream
+from learner.loop import WINDOW_LAST_EVENT_METRIC, LearnerPaths
+from learner.replay import plan_streams
+from learner.trainer import Trainer, TrainerConfig
+from learner.window_manifest import WindowRecord, read_manifest
+from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.registry import ModelRegistry
+from policies.agent_lm import load_checkpoint, save_checkpoint
+from processors.rewards.rollouts import GROUP_REWARD_FN
+from schemas.enums import Channel
+from schemas.events import LakeOffsetRange, TrainingWindow
+from streams.serde import AvroCodec
+from streams.topics import REWARDS_TOPIC
+
+DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "agent" / "rl.yaml"
+
+
+@dataclass(frozen=True)
+class AgentLoopConfig:
+    """When a new version is trained, and which trials may train it."""
+
+    min_new_rows: int = 256  # rewarded trials with signal in windows not yet trained on
+    max_staleness: int = 2  # trials of versions further behind production weigh 0
+    poll_s: float = 2.0
+
+
+# One optimizer step = 4 samples x 16 rows = 64 trials; one pass over the new trials.
+AGENT_TRAINING = TrainerConfig(
+    batch_size=4, duration="1ep", checkpoint_interval="1ep", lr=3e-4, grad_clip_norm=1.0
+)
+AGENT_CANARY = CanaryConfig(
+    traffic_fraction=0.25, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0
+)
+
+
+@dataclass(frozen=True)
+class AgentRLConfig:
+    """Every section of ``learner/configs/agent/rl.yaml``."""
+
+    model_name: str = "agent-lm"
+    environment: str = PROGRAM_SYNTHESIS
+    windows: TokenWindowConfig = field(default_factory=TokenWindowConfig)
+    streams: StreamsConfig = field(
+        default_factory=lambda: StreamsConfig(replay_fraction=0.0, max_replay_windows=4)
+    )
+    objective: GRPOConfig = field(default_factory=GRPOConfig)
+    train: TrainerConfig = field(default_factory=lambda: AGENT_TRAINING)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    gate: AgentGateConfig = field(default_factory=AgentGateConfig)
+    canary: CanaryConfig = field(default_factory=lambda: AGENT_CANARY)
+    loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+
+    @classmethod
+    def load(cls, path: Path = DEFAULT_AGENT_CONFIG) -> AgentRLConfig:
+        return load_config(cls, path)
+
+
+@dataclass(frozen=True)
+class _Production:
+    version: int
+    model: Any
+    tokenizer: Any
+
+
+class AgentLearner:
+    """Trains, gates and publishes versions of the agent LM from the lake's rewarded trials."""
+
+    def __init__(
+        self,
+        config: AgentRLConfig,
+        paths: LearnerPaths,
+        kafka_config: Mapping[str, Any],
+        codec: AvroCodec,
+        *,
+        registry: ModelRegistry | None = None,
+        rewards_topic: str = REWARDS_TOPIC,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.config, self.paths, self.log = config, paths, log
+        self.model_name = config.model_name
+        self.dataset = f"{config.model_name}.tokens"
+        self.environment = ENVIRONMENTS.get(config.environment)
+        self.eval_tasks = self.environment.tasks("eval", config.eval.tasks)
+        self.registry = registry or ModelRegistry(
+            kafka_config, codec, producer=f"learner/{self.model_name}"
+        )
+        self.stats = LearnerStats()
+        self.lifecycle = VersionLifecycle(
+            self.registry, kafka_config, codec, self.model_name, reward_fn=GROUP_REWARD_FN,
+            source="ROLLOUT", canary=config.canary, stats=self.stats, rewards_topic=rewards_topic,
+            log=log,
+        )  # fmt: skip
+        self._evals: dict[int, EvalResult] = {}  # production's eval, once per version
+
+    def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
+        """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
+        results: list[CycleResult] = []
+        self.lifecycle.finish_interrupted(stop)
+        while not stop.is_set():
+            decided = self.lifecycle.decided_count()
+            if max_versions is not None and decided >= max_versions:
+                self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
+                break
+            production = self._production()
+            new = self._wait_for_windows(production, stop)
+            if not new:
+                break
+            results.append(self.cycle(new, production, stop))
+        return results
+
+    def _wait_for_windows(
+        self, production: _Production, stop: threading.Event
+    ) -> list[WindowRecord]:
+        c = self.config
+        trained = self.lifecycle.trained_windows()
+        pad = production.tokenizer.pad_token_id
+        last_note = 0.0
+        while not stop.is_set():
+            build_agent_window(
+                self.paths.lake, self.paths.mds_root, self.dataset,
+                model_name=self.model_name, pad_id=pad, config=c.windows,
+            )  # fmt: skip
+            manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset,
+                                     GROUP_REWARD_FN)  # fmt: skip
+            new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
+            rows = sum(w.rows for w in new)
+            if rows >= c.loop.min_new_rows:
+                return new
+            if time.monotonic() - last_note > 30:
+                self.log(f"waiting for trials: {rows:,} of {c.loop.min_new_rows:,} new rows")
+                last_note = time.monotonic()
+            stop.wait(c.loop.poll_s)
+        return []
+
+    def cycle(
+        self, new: Sequence[WindowRecord], production: _Production, stop: threading.Event
+    ) -> CycleResult:
+        """Train on ``new`` windows (+ replay), gate on the eval suite, publish, canary."""
+        c = self.config
+        oldest = production.version - c.loop.max_staleness
+        stale = self._stale_rows(new, oldest)
+        started = time.monotonic()
+        candidate, fit = self._train(new, production, oldest)
+        train_s = time.monotonic() - started
+        self.stats.train_rows += sum(w.rows for w in new) - stale
+        result = self._evaluate(candidate, production.tokenizer)
+        decision = decide(result, self._production_eval(production), c.gate)
+        version = self.registry.next_version(self.model_name)
+        metrics = {
+            **decision.metrics(),
+            "train_tokens": float(fit.progress.tokens),
+            "train_rows": float(sum(w.rows for w in new)),
+            "train_s": train_s,
+            "train_loss": fit.losses[-1] if fit.losses else float("nan"),
+            "stale_rows": float(stale),
+            "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
+            "expired_rows": float(sum(w.expired_rows for w in new)),
+            WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
+        }
+        self._register(version, production, candidate, new, metrics)
+        self.log(
+            f"v{version}: trained {fit.progress.tokens:,} tokens of {metrics['train_rows']:.0f} "
+            f"trials ({stale} stale) in {train_s:.0f}s; eval pass@1 {result.pass_at_1:.1%} vs "
+            f"v{production.version} {decision.production_pass_at_1:.1%}"
+        )
+        return self.lifecycle.gate(version, production.version, decision.passed, decision.reason,
+                                   stop)  # fmt: skip
+
+    # Pieces -----------------------------------------------------------------------------
+
+    def _production(self) -> _Production:
+        pointer = self.registry.channels(self.model_name).get(Channel.PRODUCTION)
+        if pointer is None:
+            raise LearnerError(
+                f"{self.model_name} has no production version to warm-start from; train the "
+                "first one with `flywheel learn --recipe agent-sft`."
+            )
+        directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
+        model, tokenizer = load_checkpoint(directory)
+        return _Production(pointer.version, model, tokenizer)
+
+    def _evaluate(self, model: Any, tokenizer: Any) -> EvalResult:
+        return evaluate(model, tokenizer, self.environment, self.eval_tasks,
+                        max_new_tokens=self.config.eval.max_new_tokens)  # fmt: skip
+
+    def _production_eval(self, production: _Production) -> EvalResult:
+        if production.version not in self._evals:
+            self._evals[production.version] = self._evaluate(production.model,
+                                                             production.tokenizer)  # fmt: skip
+        return self._evals[production.version]
+
+    def _stale_rows(self, windows: Sequence[WindowRecord], oldest: int) -> int:
+        """Rows of ``windows`` sampled by versions older than ``oldest``."""
+        from streaming import LocalDataset
+
+        stale = 0
+        for w in windows:
+            dataset = LocalDataset(str(self.paths.mds_root / self.dataset / w.name))
+            for i in range(len(dataset)):
+                sample = dataset[i]
+                stale += int(np.count_nonzero(sample["version"][: sample["n_rows"]] < oldest))
+        return stale
+
+    def _train(
+        self, new: Sequence[WindowRecord], production: _Production, oldest: int
+    ) -> tuple[Any, Any]:
+        c = self.config
+        save_dir = self.paths.runs_root / self.model_name / new[-1].name
+        save_dir.mkdir(parents=True, exist_ok=True)
+        init_from = save_dir / "init.pt"  # warm start: production's weights
+        if not init_from.exists():
+            torch.save(production.model.state_dict(), init_from)
+        shape = production.model.config
+
+        def model_factory() -> Any:
+            return type(production.model)(shape)
+
+        reference = production.model if c.objective.kl_coef > 0 else None
+        plan = plan_streams(
+            self.paths.mds_root, self.dataset, GROUP_REWARD_FN, new_windows=len(new),
+            replay_fraction=c.streams.replay_fraction,
+            max_replay_windows=c.streams.max_replay_windows,
+        )  # fmt: skip
+        trainer = Trainer(
+            dataclasses.replace(c.train, save_dir=save_dir, init_from=init_from),
+            GRPOTask(c.objective, reference, oldest_version=oldest),
+            model_factory,
+            [WindowStream(local=p.local, proportion=p.proportion) for p in plan],
+        )
+        fit = trainer.fit()
+        model = model_factory()
+        ref = find_resume_checkpoint(save_dir)
+        if ref is None:
+            raise LearnerError(f"training left no checkpoint under {save_dir}")
+        load_model_state(ref, model)
+        return model.eval(), fit
+
+    def _register(
+        self,
+        version: int,
+        production: _Production,
+        model: Any,
+        new: Sequence[WindowRecord],
+        metrics: dict[str, float],
+    ) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            save_checkpoint(model, production.tokenizer, Path(tmp))
+            ref = publish_artifact(self.paths.models_root, self.model_name, version, Path(tmp))
+        window = TrainingWindow(
+            mds_dataset=self.dataset,
+            mds_windows=tuple(w.name for w in new),
+            lake_ranges=tuple(
+                LakeOffsetRange(topic=f.topic, partition=f.partition, first=f.first, last=f.last)
+                for w in new
+                for f in w.files
+            ),
+        )
+        self.registry.register(
+            self.model_name, ref, parent_version=production.version, reward_fn=GROUP_REWARD_FN,
+            training_window=window, metrics=metrics, version=version,
+        )  # fmt: skip

@@ -1,0 +1,114 @@
+"""Token windows from a small lake: rollouts joined to their grpo@1 Rewards, held, expired."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learner.agent_windows import TokenWindowConfig, build_agent_window, group_number
+from learner.window_manifest import read_manifest
+from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
+from schemas.events import RolloutResult
+from schemas.records import AvroRecord
+from streams.topics import REWARDS_TOPIC, ROLLOUTS_TOPIC
+from tests.learner.agent_lake import write_lake_file
+
+T0 = datetime(2026, 12, 1, 10, tzinfo=UTC)
+PAD = 0
+CONFIG = TokenWindowConfig(seq_len=16, rows_per_sample=4, hold_s=60)
+
+
+def _write(lake: Path, topic: str, events: Sequence[AvroRecord], first: int = 0) -> None:
+    write_lake_file(lake, topic, events, T0, first)
+
+
+def _group(group: str, rewards: Sequence[float], model: str = "agent-lm") -> list[RolloutResult]:
+    return [
+        RolloutResult(
+            event_id=f"e-{group}-{i}", event_time=T0, producer="test", rollout_id=f"{group}-{i}",
+            task_id="t-1", group_id=group, model_name=model, model_version=3, prompt_tokens=3,
+            completion_tokens=3, tool_calls=0, tests_passed=int(r), tests_total=1,
+            reward_components={"tests": r}, duration_ms=10, prompt_token_ids=(5, 6, 7),
+            completion_token_ids=(8, 9, 2), behaviour_logprobs=(-0.5, -1.0, -0.1 * (i + 1)),
+        )
+        for i, r in enumerate(rewards)
+    ]  # fmt: skip
+
+
+def _rewards(*groups: list[RolloutResult]) -> list[AvroRecord]:
+    return [r for g in groups for r in group_advantages(g, T0, "test")]
+
+
+def _samples(directory: Path) -> dict[str, np.ndarray]:
+    from streaming import LocalDataset
+
+    dataset = LocalDataset(str(directory))
+    rows = [dataset[i] for i in range(len(dataset))]
+    return {
+        k: np.concatenate([r[k][: r["n_rows"]] for r in rows]) for k in rows[0] if k != "n_rows"
+    }
+
+
+def test_rewarded_trials_become_rows_with_their_tokens_and_behaviour(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    learnable, flat = _group("g1", [1.0, 0.0, 0.0, 1.0]), _group("g2", [0.0, 0.0])
+    unrewarded = _group("g3", [1.0, 0.0])  # its group never completed: no Reward
+    _write(lake, ROLLOUTS_TOPIC, [*learnable, *flat, *unrewarded])
+    _write(lake, REWARDS_TOPIC, _rewards(learnable, flat))
+    record = build_agent_window(lake, mds, "agent-lm.tokens", model_name="agent-lm", pad_id=PAD,
+                                config=CONFIG, now=T0)  # fmt: skip
+    assert record is not None
+    assert (record.rows, record.zero_advantage_rows, record.expired_rows) == (4, 2, 0)
+    assert record.trained_tokens == 12
+    rows = _samples(mds / "agent-lm.tokens" / record.name)
+    assert rows["input_ids"][0, :6].tolist() == [5, 6, 7, 8, 9, 2]
+    assert rows["target"][0, :7].tolist() == [0, 0, 0, 1, 1, 1, 0]
+    np.testing.assert_allclose(rows["behaviour"][1, 3:6], [-0.5, -1.0, -0.2])
+    np.testing.assert_allclose(rows["advantage"], [1, -1, -1, 1], atol=1e-4)
+    assert rows["version"].tolist() == [3] * 4 and rows["weight"].tolist() == [1.0] * 4
+    assert set(rows["group"].tolist()) == {group_number("g1")}
+    # every Reward file is converted once
+    assert build_agent_window(lake, mds, "agent-lm.tokens", model_name="agent-lm", pad_id=PAD,
+                              config=CONFIG, now=T0) is None  # fmt: skip
+
+
+def test_a_reward_waits_for_its_rollout_then_expires(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    landed, late = _group("g1", [1.0, 0.0]), _group("g2", [0.0, 1.0])
+    _write(lake, ROLLOUTS_TOPIC, landed)
+    _write(lake, REWARDS_TOPIC, _rewards(landed, late))
+    build = lambda now: build_agent_window(  # noqa: E731
+        lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG, now=now
+    )
+    assert build(T0 + timedelta(seconds=30)) is None  # held: g2's trials are not in the lake yet
+    record = build(T0 + timedelta(seconds=61))
+    assert record is not None and (record.rows, record.expired_rows) == (2, 2)
+    manifest = read_manifest(mds / "d", "d", GROUP_REWARD_FN)
+    assert [w.name for w in manifest.windows] == [record.name]
+
+
+def test_other_models_and_sources_are_skipped(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    ours, theirs = _group("g1", [1.0, 0.0]), _group("g2", [1.0, 0.0], model="other")
+    _write(lake, ROLLOUTS_TOPIC, [*ours, *theirs])
+    _write(lake, REWARDS_TOPIC, _rewards(ours, theirs))
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG,
+                                now=T0)  # fmt: skip
+    assert record is not None and (record.rows, record.skipped_rows) == (2, 2)
+
+
+@pytest.mark.parametrize("seq_len", [4])
+def test_a_completion_longer_than_a_row_names_the_setting(tmp_path: Path, seq_len: int) -> None:
+    from learner.errors import LearnerError
+
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    ours = _group("g1", [1.0, 0.0])
+    _write(lake, ROLLOUTS_TOPIC, ours)
+    _write(lake, REWARDS_TOPIC, _rewards(ours))
+    with pytest.raises(LearnerError, match="seq_len"):
+        build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, now=T0,
+                           config=TokenWindowConfig(seq_len=3, rows_per_sample=4))  # fmt: skip
