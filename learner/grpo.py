@@ -100,7 +100,9 @@ class GRPOTask:
         weight = batch["weight"].float()
         if self.oldest_version is not None:
             weight = weight * (batch["version"] >= self.oldest_version)
+        # Padding rows (weight 0) are all zeros, temperature included: divide them by 1, not 0.
         temperature = batch["temperature"].float()
+        temperature = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
         logprobs = next_token_logprobs(model, input_ids, lengths, temperature)
         target = batch["target"][:, 1:].bool() & (weight > 0).unsqueeze(-1)
         reference = None
@@ -111,8 +113,8 @@ class GRPOTask:
             logprobs, batch["behaviour"][:, 1:].float(), batch["advantage"].float(),
             self.config, reference,
         )  # fmt: skip
-        weighted = losses * weight.unsqueeze(-1)
-        return (weighted * target).sum(), target.sum()
+        weighted = torch.where(target, losses * weight.unsqueeze(-1), torch.zeros_like(losses))
+        return weighted.sum(), target.sum()
 
 
 @dataclass(frozen=True)

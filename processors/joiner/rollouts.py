@@ -1,8 +1,11 @@
 """Groups RolloutResults by group_id and emits group-relative advantages when a group completes.
 
-State (one table): `<group_id>` → JSON `{"p": partition, "done": bool, "r": [RolloutResult
-records]}`; `\\x00now/<partition>` → the partition's largest rollout event time (the clock
-`group_complete` times out against); `\\x00off/<topic>/<partition>` → the last offset applied.
+State (one table): `<group_id>` → JSON `{"p": partition, "done": bool, "t0": the partition's
+clock when the group opened, "r": [RolloutResult records]}`; `\\x00now/<partition>` → the
+partition's largest rollout event time (the clock `group_complete` times out against, from the
+later of a group's oldest trial and its "t0": producers with other clocks share a partition, and
+one that ran ahead must not time out every group that opens after it);
+`\\x00off/<topic>/<partition>` → the last offset applied.
 A finished group keeps a small `done` entry so a straggler goes to `dlq.late` instead of
 opening a second group. Completion is checked when a rollout of the same partition arrives: a
 timed-out group is emitted on the next rollout event of its partition (event time, no wall clock).
@@ -93,8 +96,11 @@ class RolloutGrouper:
 
     async def _fold(self, rec: SourceRecord, result: RolloutResult) -> None:
         raw = self._state.get(result.group_id)
+        seen_ms = int(self._state.get(clock_key(rec.partition)) or 0)
         doc: dict[str, Any] = (
-            {"p": rec.partition, "done": False, "r": []} if raw is None else json.loads(raw)
+            {"p": rec.partition, "done": False, "t0": seen_ms, "r": []}
+            if raw is None
+            else json.loads(raw)
         )
         if doc["done"]:
             reason = f"rollout group {result.group_id} was already complete and emitted"
@@ -107,7 +113,6 @@ class RolloutGrouper:
             doc["r"].append(result.to_record())
             self._state.put(rec.partition, result.group_id, json.dumps(doc))
             open_groups.add(result.group_id)
-        seen_ms = int(self._state.get(clock_key(rec.partition)) or 0)
         now_ms = max(encode_time(result.event_time), seen_ms)
         self._state.put(rec.partition, clock_key(rec.partition), now_ms)
         await self._emit_complete(rec, now_ms)
@@ -118,7 +123,7 @@ class RolloutGrouper:
         for group_id in sorted(open_groups):
             doc = json.loads(self._state.get(group_id))
             results = [RolloutResult.from_record(r) for r in doc["r"]]
-            if not group_complete(results, self._policy, now_ms):
+            if not group_complete(results, self._policy, now_ms, doc.get("t0", 0)):
                 continue
             for reward in group_advantages(results, self._clock(), self._out.producer):
                 value = self._codec.encode("rewards", reward.to_record())

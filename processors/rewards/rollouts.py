@@ -38,16 +38,19 @@ class GroupPolicy:
             )
 
 
-def group_complete(results: Sequence[RolloutResult], policy: GroupPolicy, now_ms: int) -> bool:
-    """True when the group has ``policy.expected_size`` distinct rollout ids, or its oldest
-    result (by event time) is at least ``policy.timeout_ms`` older than ``now_ms``. False for
-    no results."""
+def group_complete(
+    results: Sequence[RolloutResult], policy: GroupPolicy, now_ms: int, opened_ms: int = 0
+) -> bool:
+    """True when the group has ``policy.expected_size`` distinct rollout ids, or ``now_ms`` is
+    at least ``policy.timeout_ms`` past its oldest result's event time and past ``opened_ms``
+    (the clock's value when the group opened: a clock that another producer's events already
+    pushed ahead must not time a new group out at once). False for no results."""
     if not results:
         return False
     if len({r.rollout_id for r in results}) >= policy.expected_size:
         return True
     oldest_ms = min(encode_time(r.event_time) for r in results)
-    return now_ms - oldest_ms >= policy.timeout_ms
+    return now_ms - max(oldest_ms, opened_ms) >= policy.timeout_ms
 
 
 def scalar_reward(result: RolloutResult) -> float:

@@ -109,3 +109,8 @@ def test_collected_trials_carry_behaviour_logprobs_at_their_tokens() -> None:
     batch["version"] = torch.tensor([0] * 4 + [1] * 8, dtype=torch.int32)
     _, fresh = GRPOTask(GRPOConfig(), oldest_version=1).loss(model, batch)
     assert int(fresh) == int(tokens_per_row[4:].sum())
+    # A window's padding rows are all zeros (temperature 0 too): they add nothing, not NaN.
+    padded = {k: torch.cat([v, torch.zeros_like(v[:2])]) for k, v in trials.batch().items()}
+    total_padded, count_padded = GRPOTask(GRPOConfig()).loss(model, padded)
+    assert torch.isfinite(total_padded) and int(count_padded) == int(count)
+    assert float(total_padded.detach()) == pytest.approx(float(total.detach()), abs=1e-4)

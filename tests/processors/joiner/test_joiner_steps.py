@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import uuid
@@ -203,6 +204,16 @@ def test_rollout_groups_emit_when_complete_and_stragglers_are_late() -> None:
     [(topic, letter)] = h.letters
     assert topic == "dlq.late" and "already complete" in (letter.header("flywheel.error") or "")
     assert h.stats.groups == 1
+
+
+def test_a_clock_pushed_ahead_by_other_producers_does_not_time_out_new_groups() -> None:
+    h = Harness()
+    ahead = dataclasses.replace(rollout("x", 1.0, group="sim"), event_time=T0 + timedelta(hours=2))
+    h.feed(ahead)  # e.g. a simulator whose clock runs faster than the wall clock
+    h.feed(rollout("a", 0.0), rollout("b", 1.0))  # real trials, "two hours late" by that clock
+    assert h.emitted == [] and h.letters == []  # no singleton groups, nothing late
+    h.feed(rollout("c", 2.0))
+    assert sorted(r["source_id"] for _, r in h.emitted) == ["a", "b", "c"]
 
 
 def test_joiner_rebuilds_its_deadline_index_from_the_table_after_a_restart() -> None:

@@ -100,6 +100,9 @@ def test_group_complete() -> None:
     three = [*two, rollout("ro-c", {}, at_ms=600)]
     assert group_complete(three, policy, T0_MS + 600)
     assert not group_complete([*two, two[0]], policy, T0_MS + 600)  # a duplicate is no trial
+    # opened when the clock already read T0 + 5 s: its timeout counts from then
+    assert not group_complete(two, policy, T0_MS + 5_999, opened_ms=T0_MS + 5_000)
+    assert group_complete(two, policy, T0_MS + 6_000, opened_ms=T0_MS + 5_000)
 
 
 def test_group_policy_rejects_nonsense() -> None:
