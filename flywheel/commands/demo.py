@@ -16,7 +16,14 @@ from flywheel.demo.loop import Demo, DemoOptions, DemoStatus
 from flywheel.demo.results import RunResults
 from flywheel.platform import ensure_infrastructure
 from flywheel.report import write_report
-from flywheel.report.html import COLUMNS, headline_text, version_cells
+from flywheel.report.html import (
+    AGENT_COLUMNS,
+    COLUMNS,
+    agent_cells,
+    agent_headline_text,
+    headline_text,
+    version_cells,
+)
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from simulator import DEFAULT_CONFIG_PATH
@@ -25,11 +32,14 @@ from simulator import DEFAULT_CONFIG_PATH
 def _status_line(st: DemoStatus, versions: int) -> str:
     lag = "/".join("?" if x is None else f"{x:,}" for x in (st.joiner_lag, st.sink_lag))
     canary = f", canary v{st.canary}" if st.canary is not None else ""
-    return (
-        f"{st.elapsed_s / 60:4.1f} min | {st.requests:,} requests, {st.events_per_s:,.0f} events/s"
-        f" | lag joiner/sink {lag} | production v{st.production}{canary}"
-        f" | decided {st.decided}/{versions}, last: {st.last_decision}"
+    tab = (
+        f" | {st.requests:,} requests, {st.events_per_s:,.0f} events/s | production "
+        f"v{st.production}{canary} | decided {st.decided}/{versions}, last: {st.last_decision}"
+        if st.requests or not st.agent
+        else ""
     )
+    agent = f" | {st.agent}" if st.agent else ""
+    return f"{st.elapsed_s / 60:4.1f} min | lag joiner/sink {lag}{tab}{agent}"
 
 
 def _periodic(versions: int, every_s: float = 15.0) -> Callable[[DemoStatus], None]:
@@ -48,6 +58,13 @@ def result_table(results: RunResults) -> Table:
     table = Table(*COLUMNS, title=f"demo run {results.run_id} ({results.model_name})")
     for v in results.versions:
         table.add_row(*version_cells(v))
+    return table
+
+
+def agent_table(results: RunResults) -> Table:
+    table = Table(*AGENT_COLUMNS, title=f"agent loop ({results.agent_model})")
+    for v in results.agent_versions:
+        table.add_row(*agent_cells(v))
     return table
 
 
@@ -102,6 +119,22 @@ def result_table(results: RunResults) -> Table:
     help="Learner recipe for `flywheel learn --config`, e.g. learner/configs/with-features.yaml"
     " (its features are then also served online, from an in-process feature store).",
 )
+@click.option(
+    "--loop",
+    type=click.Choice(["tab", "agent", "both"]),
+    default="both",
+    show_default=True,
+    help="tab: the suggestion-gate loop. agent: the agent LM's loop (warm-up, rollout workers, "
+    "RL learner). both: the two together.",
+)
+@click.option(
+    "--agent-versions",
+    default=4,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Stop the agent loop once this many agent versions are decided (the warm-up's v1 "
+    "included).",
+)
 def demo(
     config_path: Path,
     versions: int,
@@ -110,14 +143,19 @@ def demo(
     model_name: str | None,
     learner_args: tuple[str, ...],
     learner_config: Path | None,
+    loop: str,
+    agent_versions: int,
 ) -> None:
-    """Run the closed loop on the local stack until VERSIONS models are decided.
+    """Run the closed loops on the local stack until enough versions are decided.
 
-    Starts the stack, the simulated IDE fleet (v0 heuristic policy), the reward joiner, the lake
-    sink, the online feature processor and the continuous learner; the fleet follows every model
-    the learner publishes. Shows live progress; Ctrl-C stops cleanly. Prints the per-version
-    result table, stores it in the lake (demo.results) and writes an HTML report. The lake,
-    catalog and models stay for `flywheel query` and `flywheel models list`.
+    The suggestion-gate loop (tab) starts the simulated IDE fleet (v0 heuristic policy), the
+    online feature processor and the continuous gate learner; the fleet follows every model the
+    learner publishes, until VERSIONS are decided. The agent loop warms the agent LM up (v1; a
+    finished warm-up of the same config is reused), then runs a rollout worker and the RL
+    learner until AGENT-VERSIONS are decided. Both share the reward joiner and the lake sink.
+    Shows live progress; Ctrl-C stops cleanly. Prints the per-version result tables, stores the
+    gate's in the lake (demo.results) and writes an HTML report. The lake, catalog and models
+    stay for `flywheel query` and `flywheel models list`.
     """
     settings = Settings.from_env()
     run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -130,6 +168,9 @@ def demo(
         run_id,
         learner_args,
         learner_config,
+        loop=loop,
+        agent_model=f"agent-{run_id}",
+        agent_versions=agent_versions,
     )
     with err.status("starting the platform") as status:
         ensure_infrastructure(settings, lambda msg: status.update(msg))
@@ -143,9 +184,14 @@ def demo(
         results = Demo(settings, options).run(_periodic(versions), stop)
     # Off a terminal rich assumes 80 columns, too narrow for the table: print it 150 wide.
     wide = out if out.is_terminal else Console(width=150)
-    wide.print(result_table(results))
-    out.print(headline_text(results))
+    if options.tab:
+        wide.print(result_table(results))
+        out.print(headline_text(results))
+    if options.agent:
+        wide.print(agent_table(results))
+        out.print(agent_headline_text(results))
     page = write_report(results, settings.home / "demo" / run_id / "report")
     out.print(f"report: {page}")
     hint = 'flywheel query "select * from demo_results"'  # a fixed string, not built SQL
-    out.print(f"next: flywheel models list --model {options.model_name}   |   {hint}")
+    model = options.model_name if options.tab else options.agent_model
+    out.print(f"next: flywheel models list --model {model}   |   {hint}")

@@ -73,6 +73,8 @@ class FleetDriver:
     def stop(self) -> None:
         """Stop after the current chunk; send the events still pending in simulated time."""
         self._stop.set()
+        if self._thread.ident is None:
+            return  # never started (the demo ran the agent loop only)
         self._thread.join()
         for event in self.fleet.flush():
             self._client.send(event)

@@ -23,6 +23,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec, pseudonymizer, telemetry_client
+from flywheel.demo.agent import (
+    agent_specs,
+    agent_version_results,
+    online_rewards,
+    warm_up_spec,
+)
 from flywheel.demo.fleet_driver import FleetDriver
 from flywheel.demo.measure import LiveVersions, Timeline, version_results
 from flywheel.demo.results import RunResults
@@ -33,6 +39,7 @@ from learner.features import OnlineFeatureProvider
 from model_registry.registry import DECIDED, ModelRegistry, VersionState
 from policies.gate_net import FeatureProvider, load_policy
 from policies.policy import Policy
+from schemas.enums import ModelEventType
 from schemas.records import decode_time
 from simulator import Fleet, build_policy, config_with_overrides, load_config
 from streams.client import CLIENT_TOPICS
@@ -63,6 +70,17 @@ class DemoOptions:
     run_id: str
     learner_args: tuple[str, ...] = ()  # extra `flywheel learn` options
     learner_config: Path | None = None  # `flywheel learn --config`; None: the default recipe
+    loop: str = "tab"  # tab, agent or both
+    agent_model: str = "agent-lm"
+    agent_versions: int = 4  # agent versions decided (the warm-up's v1 included)
+
+    @property
+    def tab(self) -> bool:
+        return self.loop in ("tab", "both")
+
+    @property
+    def agent(self) -> bool:
+        return self.loop in ("agent", "both")
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,7 @@ class DemoStatus:
     canary: int | None
     decided: int
     last_decision: str
+    agent: str = ""  # the agent loop's state, when it runs
 
 
 def newest_event_time(
@@ -115,12 +134,21 @@ def fleet_start_time(newest: datetime | None, now: datetime, margin: timedelta) 
 
 
 def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
-    return [
+    """The workers started with the run: joiner and sink for either loop, the features and
+    the gate learner for the tab loop, the agent's warm-up for the agent loop."""
+    shared = [
         WorkerSpec(
             "joiner",
             ["process", "--status-every-s", "10", "--allowed-lateness-s", str(JOINER_LATENESS_S)],
         ),
         WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
+    ]
+    agent = [warm_up_spec(options.agent_model)] if options.agent else []
+    return [*shared, *(_tab_specs(options) if options.tab else []), *agent]
+
+
+def _tab_specs(options: DemoOptions) -> list[WorkerSpec]:
+    return [
         # Online features from the rewards, as FeatureUpdates (into the lake through the sink).
         WorkerSpec("features", ["features", "run", "--status-every-s", "10"]),
         WorkerSpec(
@@ -181,15 +209,17 @@ class Demo:
         timeline = Timeline(self.started)
         probe = LagProbe(s.kafka_client_config())
         results = RunResults(
-            o.run_id, o.model_name, datetime.now(UTC).isoformat(), str(o.config_path)
-        )
+            o.run_id, o.model_name, datetime.now(UTC).isoformat(), str(o.config_path),
+            loop=o.loop, agent_model=o.agent_model if o.agent else None,
+        )  # fmt: skip
         client = telemetry_client(s, name=f"demo-{o.run_id}")
         driver = FleetDriver(fleet, client, o.rate_per_s, live)
         try:
             for spec in worker_specs(o):
                 workers.start(spec)
-            subscriber.start()
-            driver.start()
+            if o.tab:
+                subscriber.start()
+                driver.start()
             self._watch(driver, workers, subscriber, probe, timeline, show, stop)
         finally:
             driver.stop()
@@ -202,9 +232,14 @@ class Demo:
             timeline.sample(fleet.ground_truth.by_version(), time.time())
             self._states = self._read_states()
             results.timeline = timeline.points
-            results.versions = version_results(
-                fleet.ground_truth.by_version(), self._states, live.first_served, self.started
-            )
+            if o.tab:
+                results.versions = version_results(
+                    fleet.ground_truth.by_version(), self._states, live.first_served, self.started
+                )
+            if o.agent:
+                results.agent_versions = agent_version_results(
+                    self._agent_states(), online_rewards(s.lake, o.agent_model), self.started
+                )
             results.save(self.run_dir, s.lake)
         return results
 
@@ -238,6 +273,9 @@ class Demo:
     def _read_states(self) -> dict[int, VersionState]:
         return self._registry.versions(self.options.model_name)
 
+    def _agent_states(self) -> dict[int, VersionState]:
+        return self._registry.versions(self.options.agent_model)
+
     def _watch(
         self,
         driver: FleetDriver,
@@ -251,13 +289,19 @@ class Demo:
         o = self.options
         lags: tuple[int | None, int | None] = (None, None)
         next_slow = next_sample = 0.0
+        agent_started, agent_states = False, {}
         while not stop.wait(_POLL_S):
             now = time.time()
-            learner_done = "learner" in workers.check()
+            finished = workers.check()
             driver.check()
+            if o.agent and not agent_started and "agent-sft" in finished:
+                for spec in agent_specs(o.agent_model, o.agent_versions, o.run_id):
+                    workers.start(spec)  # the warm-up registered v1: RL starts from it
+                agent_started = True
             if now >= next_slow:
                 next_slow = now + _SLOW_POLL_S
-                self._states = self._read_states()
+                self._states = self._read_states() if o.tab else {}
+                agent_states = self._agent_states() if o.agent else {}
                 lags = (
                     probe.lag(JOINER_GROUP, CLIENT_TOPICS),
                     probe.lag(SINK_GROUP, CLIENT_TOPICS),
@@ -280,7 +324,27 @@ class Demo:
                     canary=snapshot.canary.version if snapshot.canary else None,
                     decided=len(decided),
                     last_decision=f"v{last.version} {last.status.name}" if last else "none yet",
+                    agent=_agent_line(agent_states, o) if o.agent else "",
                 )
             )
-            if learner_done or len(decided) >= o.versions or now - self.started >= o.budget_s:
+            agent_decided = sum(v.status in DECIDED for v in agent_states.values())
+            tab_done = not o.tab or "learner" in finished or len(decided) >= o.versions
+            agent_done = (not o.agent or "agent-learner" in finished
+                          or agent_decided >= o.agent_versions)  # fmt: skip
+            if (tab_done and agent_done) or now - self.started >= o.budget_s:
                 return
+
+
+def _agent_line(states: Mapping[int, VersionState], o: DemoOptions) -> str:
+    """The agent loop's part of the status line."""
+    if not states:
+        return "agent: warming up v1"
+    production = [v for v in states.values() if v.status is ModelEventType.PROMOTED]
+    best = max(production, key=lambda v: v.version, default=None)
+    decided = sum(v.status in DECIDED for v in states.values())
+    last = max(states.values(), key=lambda v: v.updated_at)
+    pass_at_1 = best.latest.metrics.get("eval_pass_at_1") if best is not None else None
+    shown = "?" if pass_at_1 is None else f"{pass_at_1:.1%}"
+    where = f"v{best.version} pass@1 {shown}" if best is not None else "none"
+    return (f"agent: production {where}, decided {decided}/{o.agent_versions}, "
+            f"last v{last.version} {last.status.name}")  # fmt: skip

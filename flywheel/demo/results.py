@@ -45,6 +45,25 @@ class VersionResult:
 
 
 @dataclass(frozen=True)
+class AgentVersionResult:
+    """One agent LM version's row: the eval suite's numbers from its ModelVersionEvents, the
+    online trial reward from the lake."""
+
+    version: int
+    parent_version: int | None
+    eval_pass_at_1: float | None  # greedy pass@1 on the held-out eval suite
+    eval_pass_lower: float | None  # production's pass@1 + the lift's lower bound
+    online_reward: float | None  # mean reward of the trials the version sampled
+    trials: int
+    train_tokens: int
+    stale_rows: int  # trials dropped by the staleness bound
+    data_to_live_s: float | None  # newest reward in the window → promoted
+    decision: str
+    reason: str | None
+    decided_at_s: float | None
+
+
+@dataclass(frozen=True)
 class TimelinePoint:
     """Totals one version served during one sampling interval of the run."""
 
@@ -67,6 +86,20 @@ class RunResults:
     versions: list[VersionResult] = field(default_factory=list)
     timeline: list[TimelinePoint] = field(default_factory=list)
     elapsed_s: float = 0.0
+    loop: str = "tab"  # which loops ran: tab, agent or both
+    agent_model: str | None = None
+    agent_versions: list[AgentVersionResult] = field(default_factory=list)
+
+    def agent_headline(self) -> tuple[AgentVersionResult, AgentVersionResult] | None:
+        """(first version, best promoted version by eval pass@1), when a later one was
+        promoted."""
+        if not self.agent_versions:
+            return None
+        first = self.agent_versions[0]
+        promoted = [v for v in self.agent_versions[1:] if v.decision == "PROMOTED"]
+        if not promoted:
+            return None
+        return first, max(promoted, key=lambda v: v.eval_pass_at_1 or 0.0)
 
     @property
     def final_production(self) -> VersionResult | None:
@@ -120,10 +153,12 @@ class RunResults:
             raw: dict[str, Any] = json.loads(path.read_text())
             versions = [VersionResult(**v) for v in raw.pop("versions")]
             timeline = [TimelinePoint(**p) for p in raw.pop("timeline")]
+            agent = [AgentVersionResult(**v) for v in raw.pop("agent_versions", [])]
             known = {f.name for f in fields(cls)}
             return cls(
-                **{k: v for k, v in raw.items() if k in known}, versions=versions, timeline=timeline
-            )
+                **{k: v for k, v in raw.items() if k in known}, versions=versions,
+                timeline=timeline, agent_versions=agent,
+            )  # fmt: skip
         except FileNotFoundError as exc:
             raise FlywheelError(
                 f"no demo results at {path}; run `flywheel demo` first (or pass --run)."

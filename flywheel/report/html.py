@@ -9,8 +9,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from flywheel.demo.results import RunResults, VersionResult
-from flywheel.report.plots import PLOTS
+from flywheel.demo.results import AgentVersionResult, RunResults, VersionResult
+from flywheel.report.plots import AGENT_PLOTS, PLOTS
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 960px; color: #222; }
@@ -64,6 +64,50 @@ def version_cells(v: VersionResult) -> list[str]:
     ]
 
 
+AGENT_COLUMNS = (
+    "version",
+    "parent",
+    "eval pass@1",
+    "pass@1 lower",
+    "online reward",
+    "trials",
+    "tokens trained",
+    "stale",
+    "data → live (s)",
+    "decision",
+)
+
+
+def agent_cells(v: AgentVersionResult) -> list[str]:
+    """One agent result row as text (terminal table and HTML page)."""
+    return [
+        f"v{v.version}",
+        "-" if v.parent_version is None else f"v{v.parent_version}",
+        _num(v.eval_pass_at_1, ".1%"),
+        _num(v.eval_pass_lower, ".1%"),
+        _num(v.online_reward, ".3f"),
+        f"{v.trials:,}",
+        f"{v.train_tokens:,}",
+        f"{v.stale_rows:,}",
+        _num(v.data_to_live_s, ".0f"),
+        v.decision,
+    ]
+
+
+def agent_headline_text(results: RunResults) -> str:
+    pair = results.agent_headline()
+    if pair is None:
+        tried = len(results.agent_versions) - 1
+        return (f"Agent: no RL version promoted ({max(tried, 0)} candidate(s) decided); "
+                "production stays the warm-up.")  # fmt: skip
+    first, best = pair
+    lift = (best.eval_pass_at_1 or 0.0) - (first.eval_pass_at_1 or 0.0)
+    return (
+        f"Agent: best promoted v{best.version} eval pass@1 {best.eval_pass_at_1:.1%} vs "
+        f"v{first.version} {first.eval_pass_at_1:.1%} ({lift * 100:+.1f} points)."
+    )
+
+
 def headline_text(results: RunResults) -> str:
     change = results.headline()
     final = results.final_production
@@ -76,27 +120,43 @@ def headline_text(results: RunResults) -> str:
     )
 
 
-def _table(results: RunResults) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
-    rows = []
-    for v in results.versions:
-        cells = version_cells(v)
-        title = html.escape(v.reason or "", quote=True)
+def _table(
+    columns: tuple[str, ...], rows: list[tuple[list[str], str | None]], reason_column: int
+) -> str:
+    """An HTML table of ``rows`` (cells, reason); the reason is the decision cell's tooltip."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for cells, reason in rows:
+        title = html.escape(reason or "", quote=True)
         tds = "".join(
             f'<td class="text" title="{title}">{html.escape(c)}</td>'
-            if i == 9
+            if i == reason_column
             else f"<td>{html.escape(c)}</td>"
             for i, c in enumerate(cells)
         )
-        rows.append(f"<tr>{tds}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+        body.append(f"<tr>{tds}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _agent_section(results: RunResults) -> str:
+    if not results.agent_versions:
+        return ""
+    rows = [(agent_cells(v), v.reason) for v in results.agent_versions]
+    return f"""<h2>Agent loop (<code>{html.escape(results.agent_model or "")}</code>)</h2>
+<p class="headline">{html.escape(agent_headline_text(results))}</p>
+{_table(AGENT_COLUMNS, rows, AGENT_COLUMNS.index("decision"))}
+<p>Eval pass@1 is greedy decoding on the held-out eval suite, paired against production; its
+lower bound is production's pass@1 plus the lift's bootstrap lower bound. The online reward is
+the mean reward of the trials each version sampled on the rollout workers.</p>"""
 
 
 def write_report(results: RunResults, out_dir: Path) -> Path:
     """Write ``index.html`` and its PNGs into ``out_dir``; returns the HTML path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images = []
-    for name, plot in PLOTS.items():
+    plots = {**(PLOTS if results.versions else {}),
+             **(AGENT_PLOTS if results.agent_versions else {})}  # fmt: skip
+    for name, plot in plots.items():
         png = plot(results, out_dir / f"{name}.png")
         images.append(f'<img src="{png.name}" alt="{name} plot" data-plot="{name}">')
     page = f"""<!doctype html>
@@ -110,10 +170,11 @@ started {html.escape(results.started_at)}, {results.elapsed_s / 60:.1f} minutes,
 simulator config <code>{html.escape(results.config)}</code>.</p>
 <p class="headline">{html.escape(headline_text(results))}</p>
 <h2>Versions</h2>
-{_table(results)}
+{_table(COLUMNS, [(version_cells(v), v.reason) for v in results.versions], 9)}
 <p>Realised values are the simulator's ground truth for the requests each version served;
 gate numbers are the off-policy estimates on held-out data recorded in
 <code>models.versions</code>.</p>
+{_agent_section(results)}
 <h2>Plots</h2>
 {"".join(images)}
 </body></html>

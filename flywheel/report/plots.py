@@ -120,4 +120,26 @@ def cadence(results: RunResults, path: Path) -> Path:
     return _save(fig, path)
 
 
+def agent(results: RunResults, path: Path) -> Path:
+    """The agent's versions: eval-suite pass@1 with its lower bound, and the online reward."""
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    colours = {"PROMOTED": "tab:green", "GATE_FAILED": "tab:red", "ROLLED_BACK": "tab:orange"}
+    versions = results.agent_versions
+    xs = list(range(len(versions)))
+    passes = [v.eval_pass_at_1 or 0.0 for v in versions]
+    below = [p - (v.eval_pass_lower if v.eval_pass_lower is not None else p)
+             for p, v in zip(passes, versions, strict=True)]  # fmt: skip
+    ax.bar(xs, passes, color=[colours.get(v.decision, "tab:gray") for v in versions],
+           yerr=[below, [0.0] * len(xs)], capsize=4, label="eval pass@1 (lower bound)")  # fmt: skip
+    online = [float("nan") if v.online_reward is None else v.online_reward for v in versions]
+    ax.plot(xs, online, "ks", label="online trial reward")
+    ax.set_xticks(xs, [f"v{v.version}" for v in versions])
+    ax.set_ylabel("pass@1 / reward")
+    ax.legend(fontsize="small")
+    ax.set_title("Agent versions (green promoted, red gate failed, orange rolled back)")
+    return _save(fig, path)
+
+
+# The suggestion-gate loop's plots; the agent's when the run had an agent loop.
 PLOTS = {"timeline": timeline, "reward": reward, "gate": gate, "cadence": cadence}
+AGENT_PLOTS = {"agent": agent}

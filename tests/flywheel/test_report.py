@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from flywheel.cli import cli
-from flywheel.demo.results import RunResults, TimelinePoint, VersionResult
+from flywheel.demo.results import AgentVersionResult, RunResults, TimelinePoint, VersionResult
 from flywheel.report import write_report
-from flywheel.report.html import headline_text
+from flywheel.report.html import agent_headline_text, headline_text
 
 
 def _version(
@@ -85,6 +85,40 @@ def sample_results() -> RunResults:
         timeline,
         elapsed_s=240.0,
     )
+
+
+def _agent(version: int, decision: str, pass_at_1: float) -> AgentVersionResult:
+    return AgentVersionResult(
+        version=version, parent_version=version - 1 or None, eval_pass_at_1=pass_at_1,
+        eval_pass_lower=pass_at_1 - 0.03, online_reward=pass_at_1 + 0.05, trials=800,
+        train_tokens=12_000 * (version > 1), stale_rows=0, data_to_live_s=30.0,
+        decision=decision, reason=f"{decision.lower()} because", decided_at_s=60.0 * version,
+    )  # fmt: skip
+
+
+def with_agent(results: RunResults) -> RunResults:
+    results.loop, results.agent_model = "both", "agent-run-1"
+    results.agent_versions = [_agent(1, "PROMOTED", 0.155), _agent(2, "GATE_FAILED", 0.14),
+                              _agent(3, "PROMOTED", 0.21)]  # fmt: skip
+    return results
+
+
+def test_the_agent_headline_compares_the_best_promoted_version_with_the_first() -> None:
+    results = with_agent(sample_results())
+    assert agent_headline_text(results) == (
+        "Agent: best promoted v3 eval pass@1 21.0% vs v1 15.5% (+5.5 points)."
+    )
+    results.agent_versions = results.agent_versions[:2]
+    assert "no RL version promoted (1 candidate(s) decided)" in agent_headline_text(results)
+
+
+def test_agent_rows_round_trip_and_render(tmp_path: Path) -> None:
+    results = with_agent(sample_results())
+    path = results.save(tmp_path / "run", tmp_path / "lake")
+    assert RunResults.load(path) == results
+    text = write_report(results, tmp_path / "report").read_text()
+    assert "agent-run-1" in text and "21.0%" in text and 'title="gate_failed because"' in text
+    assert (tmp_path / "report" / "agent.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_headline_compares_final_production_with_v0() -> None:

@@ -1,0 +1,100 @@
+"""The demo's agent loop: warm-up, rollout workers, the RL learner — and its result rows.
+
+    flywheel learn --recipe agent-sft   the first version (v1; a finished warm-up with the same
+                                        config is reused, so only the first demo pays for it)
+    flywheel rollouts --from-pool …     groups of trials with production (and the canary)
+    flywheel learn --recipe agent       windows → GRPO → eval-suite gate → canary → promote
+
+The joiner turns complete groups into grpo@1 Rewards and the sink lands trials and Rewards in
+the lake, as for every other topic. Per version the results keep the eval suite's pass@1 and
+its lift's lower bound (from the ModelVersionEvents), the online trial reward and trial count
+(from the lake), tokens trained, stale trials, data → live and the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+
+from flywheel.demo.results import AgentVersionResult
+from flywheel.demo.workers import WorkerSpec
+from learner.loop import WINDOW_LAST_EVENT_METRIC
+from model_registry.registry import DECIDED, VersionState
+from schemas.enums import ModelEventType
+
+GROUP_SIZE = 8  # the joiner's default group size: groups complete on their last trial
+
+
+def warm_up_spec(model_name: str) -> WorkerSpec:
+    return WorkerSpec("agent-sft", ["learn", "--recipe", "agent-sft", "--model", model_name],
+                      finishes=True)  # fmt: skip
+
+
+def agent_specs(model_name: str, versions: int, run_id: str) -> list[WorkerSpec]:
+    """The rollout worker and the RL learner, started once the warm-up has registered v1."""
+    rollouts = [
+        "rollouts", "--model", model_name, "--from-pool", "program-synthesis",
+        "--group-size", str(GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
+        "--status-every-s", "15",
+    ]  # fmt: skip
+    return [
+        WorkerSpec("rollouts", rollouts),
+        WorkerSpec(
+            "agent-learner",
+            ["learn", "--recipe", "agent", "--model", model_name, "--max-versions", str(versions)],
+            finishes=True,
+        ),
+    ]
+
+
+def online_rewards(lake: Path, model_name: str) -> dict[int, tuple[float, int]]:
+    """Version → (mean trial reward, trials) of ``model_name``'s grpo@1 Rewards in the lake."""
+    files = sorted(str(p) for p in (lake / "rewards").rglob("*.parquet"))
+    if not files:
+        return {}
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "select model_version, avg(reward), count(*) from read_parquet($files, "
+            "union_by_name = true) where model_name = $model and reward_fn = 'grpo@1' "
+            "and source = 'ROLLOUT' group by model_version",
+            {"files": files, "model": model_name},
+        ).fetchall()
+    return {int(v): (float(mean), int(n)) for v, mean, n in rows}
+
+
+def agent_version_results(
+    states: Mapping[int, VersionState], online: Mapping[int, tuple[float, int]], started: float
+) -> list[AgentVersionResult]:
+    """One row per registered agent version, in version order."""
+    rows = []
+    for version, state in sorted(states.items()):
+        metrics = state.latest.metrics
+        reward, trials = online.get(version, (None, 0))
+        promoted = [e for e in state.events if e.event_type is ModelEventType.PROMOTED]
+        last_ms = metrics.get(WINDOW_LAST_EVENT_METRIC)
+        live_s = None
+        if promoted and last_ms:
+            live_s = promoted[0].event_time.timestamp() - last_ms / 1000.0
+        lift_lower = metrics.get("eval_pass_lift_lower")
+        base = metrics.get("eval_production_pass_at_1")
+        rows.append(
+            AgentVersionResult(
+                version=version,
+                parent_version=state.parent_version,
+                eval_pass_at_1=metrics.get("eval_pass_at_1"),
+                eval_pass_lower=None if lift_lower is None or base is None else base + lift_lower,
+                online_reward=reward,
+                trials=trials,
+                train_tokens=int(metrics.get("train_tokens", 0)),
+                stale_rows=int(metrics.get("stale_rows", 0)),
+                data_to_live_s=live_s,
+                decision=state.status.name,
+                reason=state.latest.reason,
+                decided_at_s=(
+                    state.updated_at.timestamp() - started if state.status in DECIDED else None
+                ),
+            )
+        )
+    return rows
