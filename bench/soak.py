@@ -45,7 +45,7 @@ from rich.console import Console
 from bench.procfs import process_children, tree_usage
 from bench.soak_report import Sample, plot, print_summary, summarize, write_results
 from bench.soak_stats import Phase, SoakError, phase_at, schedule
-from flywheel.demo.loop import JOINER_GROUP, JOINER_LATENESS_S, SINK_GROUP
+from flywheel.demo.loop import JOINER_LATENESS_S, SINK_GROUP
 from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.settings import Settings
 from simulator import DEFAULT_CONFIG_PATH
@@ -53,6 +53,7 @@ from streams.client import CLIENT_TOPICS
 from streams.lag import LagProbe
 
 ROOT = Path(__file__).resolve().parents[1]
+JOINER_GROUP = "flywheel.joiner"  # `flywheel process`'s default --app-id
 LAG_GROUPS = {  # label -> (consumer group, its topics); the feature processor never commits
     "joiner": (JOINER_GROUP, CLIENT_TOPICS),
     "sink": (SINK_GROUP, (*CLIENT_TOPICS, "rewards", "features.updates")),

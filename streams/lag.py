@@ -1,4 +1,5 @@
-"""Consumer-group lag seen from outside the group: what a dashboard or the demo shows."""
+"""Consumer-group lag seen from outside the group (what a dashboard or the demo shows), and
+positioning a new group at the topics' ends (a run that must not inherit earlier backlogs)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,21 @@ class LagProbe:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def start_group_at_end(
+    kafka_config: Mapping[str, Any], group: str, topics: Iterable[str], timeout_s: float = 10.0
+) -> int:
+    """Commit the current end of every partition of ``topics`` as ``group``'s offsets, so a
+    consumer of that group starts with what arrives from now on; returns the partitions set."""
+    consumer = Consumer({**kafka_config, "group.id": group, "enable.auto.commit": False})
+    try:
+        ends = []
+        for topic in topics:
+            for p in consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout_s)
+                ends.append(TopicPartition(topic, p, high))
+        consumer.commit(offsets=ends, asynchronous=False)
+        return len(ends)
+    finally:
+        consumer.close()

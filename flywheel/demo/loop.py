@@ -44,11 +44,12 @@ from schemas.records import decode_time
 from simulator import Fleet, build_policy, config_with_overrides, load_config
 from streams.client import CLIENT_TOPICS
 from streams.errors import DecodeError
-from streams.lag import LagProbe
+from streams.lag import LagProbe, start_group_at_end
 from streams.serde import AvroCodec
+from streams.topics import ROLLOUTS_TOPIC, TELEMETRY_TOPICS
 
 SINK_GROUP = "flywheel.lake-sink"
-JOINER_GROUP = "flywheel.joiner"
+JOINER_INPUTS = (*TELEMETRY_TOPICS, ROLLOUTS_TOPIC)
 _POLL_S = 1.0
 _SLOW_POLL_S = 5.0  # registry reads and lag probes
 _TIMELINE_S = 10.0
@@ -133,13 +134,27 @@ def fleet_start_time(newest: datetime | None, now: datetime, margin: timedelta) 
     return now if newest is None else max(now, newest + margin)
 
 
+def joiner_group(options: DemoOptions) -> str:
+    """The run's own joiner (faust app id and consumer group): its state and watermarks start
+    empty and its offsets at the run's start, whatever earlier runs and tests left behind."""
+    return f"demo-{options.run_id}.joiner"
+
+
 def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
     """The workers started with the run: joiner and sink for either loop, the features and
     the gate learner for the tab loop, the agent's warm-up for the agent loop."""
     shared = [
         WorkerSpec(
             "joiner",
-            ["process", "--status-every-s", "10", "--allowed-lateness-s", str(JOINER_LATENESS_S)],
+            [
+                "process",
+                "--status-every-s",
+                "10",
+                "--allowed-lateness-s",
+                str(JOINER_LATENESS_S),
+                "--app-id",
+                joiner_group(options),
+            ],
         ),
         WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
     ]
@@ -215,6 +230,7 @@ class Demo:
         client = telemetry_client(s, name=f"demo-{o.run_id}")
         driver = FleetDriver(fleet, client, o.rate_per_s, live)
         try:
+            start_group_at_end(s.kafka_client_config(), joiner_group(o), JOINER_INPUTS)
             for spec in worker_specs(o):
                 workers.start(spec)
             if o.tab:
@@ -303,7 +319,7 @@ class Demo:
                 self._states = self._read_states() if o.tab else {}
                 agent_states = self._agent_states() if o.agent else {}
                 lags = (
-                    probe.lag(JOINER_GROUP, CLIENT_TOPICS),
+                    probe.lag(joiner_group(o), CLIENT_TOPICS),
                     probe.lag(SINK_GROUP, CLIENT_TOPICS),
                 )
             if now >= next_sample:

@@ -130,3 +130,40 @@ def test_the_probe_round_trips_through_registry_and_broker(stack: Settings) -> N
     result = round_trip(stack.kafka_client_config(), stack.registry_url)
     assert result.schema_id > 0
     assert result.offset >= 0
+
+
+def test_a_group_started_at_the_end_sees_only_what_arrives_later(
+    stack: Settings, unique: str
+) -> None:
+    from confluent_kafka import Consumer
+
+    from streams.lag import LagProbe, start_group_at_end
+
+    _create(stack, unique, partitions=2)
+    producer = Producer(stack.kafka_client_config())
+    for i in range(10):
+        producer.produce(unique, key=f"k{i}".encode(), value=b"before")
+    assert producer.flush(30) == 0
+    group = f"{unique}.group"
+    assert start_group_at_end(stack.kafka_client_config(), group, [unique]) == 2
+    probe = LagProbe(stack.kafka_client_config())
+    try:
+        assert probe.lag(group, [unique]) == 0  # the backlog is behind the group
+    finally:
+        probe.close()
+    producer.produce(unique, key=b"k", value=b"after")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**stack.kafka_client_config(), "group.id": group,
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe([unique])
+    try:
+        seen = []
+        for _ in range(30):
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                seen.append(msg.value())
+            if seen:
+                break
+        assert seen == [b"after"]
+    finally:
+        consumer.close()
