@@ -70,8 +70,15 @@ class FleetDriver:
         rate = (events - before) / (now - then) if now > then else 0.0
         return FleetProgress(self._requests, events, rate)
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def stop(self) -> None:
-        """Stop after the current chunk; send the events still pending in simulated time."""
+        """Stop after the current chunk; send the events still pending in simulated time (once;
+        a second call does nothing)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread.ident is None:
             return  # never started (the demo ran the agent loop only)

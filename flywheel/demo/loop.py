@@ -345,6 +345,8 @@ class Demo:
             )
             agent_decided = sum(v.status in DECIDED for v in agent_states.values())
             tab_done = not o.tab or "learner" in finished or len(decided) >= o.versions
+            if o.tab and o.agent and tab_done and not driver.stopped:
+                driver.stop()  # the gate loop is done: its fleet's CPU goes to the agent loop
             agent_done = (not o.agent or "agent-learner" in finished
                           or agent_decided >= o.agent_versions)  # fmt: skip
             if (tab_done and agent_done) or now - self.started >= o.budget_s:
