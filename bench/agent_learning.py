@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--max-depth", type=int, default=3, help="train on depths 1..this")
     parser.add_argument("--flip", action="store_true", help="negate advantages (a bad candidate)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
@@ -79,6 +80,10 @@ def main() -> None:
         flat = dropped["flat_group"]
         print(f"iteration {i + 1:3d}: mean trial reward {trials.reward.mean():.3f}, trained on "
               f"{int(keep.sum())} trials ({flat} in flat groups)", flush=True)  # fmt: skip
+        if args.eval_every and (i + 1) % args.eval_every == 0 and i + 1 < args.iterations:
+            model.eval()
+            now = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24).pass_at_1
+            print(f"  pass@1 after {i + 1} iterations: {now:.1%}", flush=True)
     model.eval()
     after = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
     decision = decide(after, before, AgentGateConfig())
