@@ -42,6 +42,12 @@ def main() -> None:
     parser.add_argument("--eval-tasks", type=int, default=200)
     parser.add_argument("--max-depth", type=int, default=3, help="train on depths 1..this")
     parser.add_argument("--flip", action="store_true", help="negate advantages (a bad candidate)")
+    parser.add_argument("--kl", type=float, default=0.0, help="k3 KL coefficient to the start")
+    parser.add_argument(
+        "--positive-only",
+        action="store_true",
+        help="train on trials with positive advantage only (rejection sampling)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
     args = parser.parse_args()
@@ -52,7 +58,10 @@ def main() -> None:
     started = time.monotonic()
     before = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
     print(f"pass@1 before: {before.pass_at_1:.1%}")
-    task = GRPOTask(GRPOConfig())
+    reference = None
+    if args.kl > 0:
+        reference, _ = load_checkpoint(Path(args.checkpoint))
+    task = GRPOTask(GRPOConfig(kl_coef=args.kl), reference)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     pool, rng = (
         env.tasks("train", args.tasks * args.iterations, seed=args.seed + 1),
@@ -67,6 +76,8 @@ def main() -> None:
         advantage = -trials.advantage if args.flip else trials.advantage
         keep, dropped = TrialFilter().keep(np.zeros(len(advantage), dtype=int),
                                            trials.group, advantage, production=0)  # fmt: skip
+        if args.positive_only:
+            keep &= advantage > 0
         if keep.any():
             model.train()
             batch = trials.batch(keep)
