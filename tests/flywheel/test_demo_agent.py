@@ -1,0 +1,52 @@
+"""The demo's agent rows: numbers from the versions' events and the lake's online rewards."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from flywheel.demo.agent import agent_version_results
+from flywheel.demo.loop import DemoOptions, _agent_line
+from learner.loop import WINDOW_LAST_EVENT_METRIC
+from model_registry.registry import NO_WINDOW, fold_versions
+from schemas.enums import ModelEventType
+from schemas.events import ModelVersionEvent
+
+T0 = datetime(2026, 12, 3, 12, tzinfo=UTC)
+
+
+def _event(version: int, kind: ModelEventType, second: int, **metrics: float) -> ModelVersionEvent:
+    return ModelVersionEvent(
+        producer="test/1", event_time=T0 + timedelta(seconds=second), model_name="agent",
+        version=version, parent_version=version - 1 or None, event_type=kind,
+        artifact_uri=f"file:///m/{version}", artifact_sha256=f"{version:064x}",
+        training_window=NO_WINDOW, reward_fn="grpo@1", metrics=metrics, reason=kind.name.lower(),
+    )  # fmt: skip
+
+
+def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> None:
+    gated = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
+             "eval_pass_lift_lower": 0.005, "train_tokens": 8315.0, "stale_rows": 3.0,
+             WINDOW_LAST_EVENT_METRIC: (T0.timestamp() + 100) * 1000}  # fmt: skip
+    states = fold_versions([
+        _event(1, ModelEventType.REGISTERED, 0, eval_pass_at_1=0.155),
+        _event(1, ModelEventType.PROMOTED, 1, eval_pass_at_1=0.155),
+        _event(2, ModelEventType.REGISTERED, 150, **gated),
+        _event(2, ModelEventType.GATE_PASSED, 151, **gated),
+        _event(2, ModelEventType.PROMOTED, 182, **gated),
+        _event(3, ModelEventType.REGISTERED, 300, eval_pass_at_1=0.18),
+        _event(3, ModelEventType.GATE_FAILED, 301, eval_pass_at_1=0.18),
+    ])  # fmt: skip
+    rows = agent_version_results(states, {1: (0.08, 4000), 2: (0.09, 3700)}, T0.timestamp())
+    v1, v2, v3 = rows
+    assert (v1.eval_pass_at_1, v1.online_reward, v1.trials, v1.decision) == (
+        0.155, 0.08, 4000, "PROMOTED")  # fmt: skip
+    assert v2.eval_pass_lower == pytest.approx(0.16)  # production 15.5% + the lift's bound
+    assert v2.data_to_live_s == pytest.approx(82.0)  # newest reward at +100 s, promoted at +182
+    assert (v2.train_tokens, v2.stale_rows, v2.decided_at_s) == (8315, 3, 182.0)
+    assert (v3.online_reward, v3.trials, v3.decision, v3.data_to_live_s) == (
+        None, 0, "GATE_FAILED", None)  # fmt: skip
+    options = DemoOptions(None, 6, 900, 200, "gate", "run", loop="both", agent_versions=4)  # type: ignore[arg-type]
+    line = _agent_line(states, options)
+    assert line == "agent: production v2 pass@1 19.0%, decided 3/4, last v3 GATE_FAILED"
