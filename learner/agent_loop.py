@@ -133,19 +133,13 @@ class AgentLearner:
 
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
         """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
-        results: list[CycleResult] = []
-        self.lifecycle.finish_interrupted(stop)
-        while not stop.is_set():
-            decided = self.lifecycle.decided_count()
-            if max_versions is not None and decided >= max_versions:
-                self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
-                break
+
+        def next_version() -> CycleResult | None:
             production = self._production()
             new = self._wait_for_windows(production, stop)
-            if not new:
-                break
-            results.append(self.cycle(new, production, stop))
-        return results
+            return self.cycle(new, production, stop) if new else None
+
+        return self.lifecycle.run(stop, max_versions, next_version)
 
     def _wait_for_windows(
         self, production: _Production, stop: threading.Event
@@ -177,18 +171,18 @@ class AgentLearner:
         """Train on ``new`` windows (+ replay), gate on the eval suite, publish, canary."""
         c = self.config
         oldest = production.version - c.loop.max_staleness
-        stale = self._stale_rows(new, oldest)
+        rows, stale = sum(w.rows for w in new), self._stale_rows(new, oldest)
         started = time.monotonic()
         candidate, fit = self._train(new, production, oldest)
         train_s = time.monotonic() - started
-        self.stats.train_rows += sum(w.rows for w in new) - stale
+        self.stats.train_rows += rows - stale
         result = self._evaluate(candidate, production.tokenizer)
         decision = decide(result, self._production_eval(production), c.gate)
         version = self.registry.next_version(self.model_name)
         metrics = {
             **decision.metrics(),
             "train_tokens": float(fit.progress.tokens),
-            "train_rows": float(sum(w.rows for w in new)),
+            "train_rows": float(rows),
             "train_s": train_s,
             "train_loss": fit.losses[-1] if fit.losses else float("nan"),
             "stale_rows": float(stale),

@@ -30,13 +30,18 @@ import pyarrow.parquet as pq
 import torch
 
 from learner.lake_rows import max_ms, min_ms
-from learner.token_windows import TokenRows, TokenSampleSpec, pack_sequences, token_arrays
+from learner.token_windows import (
+    TokenRows,
+    TokenSampleSpec,
+    pack_sequences,
+    token_arrays,
+    write_token_window,
+)
 from learner.window_manifest import (
     WINDOW_RECORD_NAME,
     WindowRecord,
     record_json,
     write_manifest,
-    write_window_atomically,
 )
 from learner.windows import dataset_lock, lake_ref, pending_files, recover, window_name
 from processors.lake.layout import LakeFile, scan_topic
@@ -145,13 +150,14 @@ def build_agent_window(
         candidates = pending_files(lake, manifest, REWARDS_TOPIC)
         if not candidates:
             return None
-        rewards = [_agent_rewards(f.path, model_name) for f in candidates]
-        wanted = pa.concat_arrays([t.column("source_id").combine_chunks() for t in rewards])
-        rollouts = _rollouts(lake, wanted)
+        read = [_agent_rewards(f.path, model_name) for f in candidates]
+        wanted = pa.concat_arrays([t.column("source_id").combine_chunks() for t, _ in read])
+        # No Reward of ours in the new files (e.g. only the gate's): no rollout lookup at all.
+        rollouts = _rollouts(lake, wanted) if len(wanted) else _no_rollouts()
         ready: list[LakeFile] = []
         parts: list[pa.Table] = []
         expired = skipped = 0
-        for file, table in zip(candidates, rewards, strict=True):
+        for file, (table, total) in zip(candidates, read, strict=True):
             found = pc.is_in(
                 table.column("source_id"), value_set=rollouts.column(0).combine_chunks()
             )
@@ -162,7 +168,7 @@ def build_agent_window(
                 continue  # its rollouts may still be on their way to the lake
             ready.append(file)
             expired += n_missing
-            skipped += pq.ParquetFile(file.path).metadata.num_rows - table.num_rows
+            skipped += total - table.num_rows
             parts.append(table.filter(pc.invert(missing)) if n_missing else table)
         if not ready:
             return None
@@ -185,24 +191,21 @@ def build_agent_window(
             created_at=datetime.now(UTC).isoformat(), expired_rows=expired,
             zero_advantage_rows=zero, trained_tokens=rows.tokens.trained_tokens,
         )  # fmt: skip
-        arrays = rows.arrays()
-        write_window_atomically(
-            root / record.name, spec.columns(arrays), spec.pack(arrays),
-            files={WINDOW_RECORD_NAME: record_json(record)},
-        )  # fmt: skip
+        write_token_window(root / record.name, rows.arrays(), spec,
+                           files={WINDOW_RECORD_NAME: record_json(record)})  # fmt: skip
         write_manifest(root, manifest.with_window(record))
         return record
 
 
-def _agent_rewards(path: Path, model_name: str) -> pa.Table:
-    """One Reward file's ``grpo@1`` ROLLOUT rows of ``model_name``."""
+def _agent_rewards(path: Path, model_name: str) -> tuple[pa.Table, int]:
+    """One Reward file's ``grpo@1`` ROLLOUT rows of ``model_name``, and the rows it holds."""
     table = pq.read_table(path, columns=_REWARD_COLUMNS)
     keep = pc.and_(
         pc.and_(pc.equal(table.column("source"), "ROLLOUT"),
                 pc.equal(table.column("reward_fn"), GROUP_REWARD_FN)),
         pc.equal(table.column("model_name"), model_name),
     )  # fmt: skip
-    return table.filter(keep)
+    return table.filter(keep), table.num_rows
 
 
 def _rollouts(lake: Path, wanted: pa.Array) -> pa.Table:
@@ -217,14 +220,18 @@ def _rollouts(lake: Path, wanted: pa.Array) -> pa.Table:
                            pc.greater(tokens, 0))  # fmt: skip
             parts.append(part.filter(keep))
     if not parts:
-        empty = pa.array([], pa.list_(pa.int64()))
-        return pa.table({"rollout_id": pa.array([], pa.string()),
-                         **{c: empty for c in _ROLLOUT_COLUMNS[1:4]},
-                         "temperature": pa.array([], pa.float64())})  # fmt: skip
+        return _no_rollouts()
     table = pa.concat_tables(parts, promote_options="default")
     _, first = np.unique(np.asarray(table.column("rollout_id").to_pylist(), dtype=object),
                          return_index=True)  # fmt: skip
     return table.take(pa.array(np.sort(first)))
+
+
+def _no_rollouts() -> pa.Table:
+    empty = pa.array([], pa.list_(pa.int64()))
+    return pa.table({"rollout_id": pa.array([], pa.string()),
+                     **{c: empty for c in _ROLLOUT_COLUMNS[1:4]},
+                     "temperature": pa.array([], pa.float64())})  # fmt: skip
 
 
 def _rows(

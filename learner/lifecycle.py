@@ -69,6 +69,28 @@ class VersionLifecycle:
         self.stats, self._baseline, self.log = stats, baseline, log
         self.rewards_topic = rewards_topic
 
+    def run(
+        self,
+        stop: threading.Event,
+        max_versions: int | None,
+        next_version: Callable[[], CycleResult | None],
+    ) -> list[CycleResult]:
+        """A recipe's loop: settle what a crash left, then ``next_version()`` (wait for data,
+        train, gate, canary; None when ``stop`` was set while waiting) until ``stop`` is set or
+        ``max_versions`` versions of the model are decided in total."""
+        results: list[CycleResult] = []
+        self.finish_interrupted(stop)
+        while not stop.is_set():
+            decided = self.decided_count()
+            if max_versions is not None and decided >= max_versions:
+                self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
+                break
+            result = next_version()
+            if result is None:
+                break
+            results.append(result)
+        return results
+
     def decided_count(self) -> int:
         return sum(v.status in DECIDED for v in self.registry.versions(self.model_name).values())
 

@@ -99,20 +99,12 @@ class ContinuousLearner:
 
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
         """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
-        results: list[CycleResult] = []
-        self.lifecycle.finish_interrupted(stop)
-        while not stop.is_set():
-            decided = self.lifecycle.decided_count()
-            if max_versions is not None and decided >= max_versions:
-                self.log(f"{decided} versions decided; stopping (--max-versions {max_versions})")
-                break
+
+        def next_version() -> CycleResult | None:
             new = self._wait_for_windows(stop)
-            if not new:
-                break
-            result = self.cycle(new, stop)
-            if result is not None:
-                results.append(result)
-        return results
+            return self.cycle(new, stop) if new else None
+
+        return self.lifecycle.run(stop, max_versions, next_version)
 
     def _wait_for_windows(self, stop: threading.Event) -> list[WindowRecord]:
         """Build windows from new lake files until untrained windows hold enough rows."""
@@ -145,7 +137,7 @@ class ContinuousLearner:
 
     # One version ------------------------------------------------------------------------
 
-    def cycle(self, new: Sequence[WindowRecord], stop: threading.Event) -> CycleResult | None:
+    def cycle(self, new: Sequence[WindowRecord], stop: threading.Event) -> CycleResult:
         """Train on ``new`` windows (+ replay), gate, publish, canary; returns the decision."""
         c = self.config
         parent_version, parent_net, production = self._production()

@@ -82,9 +82,8 @@ class TokenSampleSpec:
         }
         return {**columns, "n_rows": "int32"}
 
-    def pack(self, rows: TokenRows | Mapping[str, np.ndarray]) -> Iterator[dict[str, Any]]:
+    def pack(self, arrays: Mapping[str, np.ndarray]) -> Iterator[dict[str, Any]]:
         """Samples of ``rows_per_sample`` rows; the last padded with zero rows (no target)."""
-        arrays = token_arrays(rows) if isinstance(rows, TokenRows) else rows
         if arrays["input_ids"].shape[1] != self.seq_len:
             raise LearnerError(
                 f"rows have seq_len {arrays['input_ids'].shape[1]}, the window {self.seq_len}"
@@ -108,13 +107,17 @@ def token_arrays(rows: TokenRows) -> dict[str, np.ndarray]:
 
 
 def write_token_window(
-    directory: Path, rows: TokenRows | Mapping[str, np.ndarray], spec: TokenSampleSpec
+    directory: Path,
+    rows: TokenRows | Mapping[str, np.ndarray],
+    spec: TokenSampleSpec,
+    files: Mapping[str, str] | None = None,
 ) -> Path:
-    """Write ``rows`` as one MDS window at ``directory`` (written beside it, fsynced, renamed
-    into place: the window appears whole or not at all). LearnerError if it already exists."""
+    """Write ``rows`` (and ``files``, name → text) as one MDS window at ``directory`` (written
+    beside it, fsynced, renamed into place: the window appears whole or not at all).
+    LearnerError if it already exists."""
     if directory.exists():
         raise LearnerError(f"token window {directory} already exists; windows are immutable")
     directory.parent.mkdir(parents=True, exist_ok=True)
     arrays = token_arrays(rows) if isinstance(rows, TokenRows) else rows
-    write_window_atomically(directory, spec.columns(arrays), spec.pack(arrays))
+    write_window_atomically(directory, spec.columns(arrays), spec.pack(arrays), files=files)
     return directory

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -18,6 +20,9 @@ from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.loop import ContinuousLearner, LearnerPaths
 from simulator import DEFAULT_CONFIG_PATH as SIMULATOR_CONFIG_PATH
 from simulator import build_policy, load_config
+
+if TYPE_CHECKING:  # the agent recipe loads transformers: imported where it runs
+    from learner.agent_loop import AgentRLConfig
 
 
 def _log(message: str) -> None:
@@ -96,8 +101,6 @@ def learn(
     on the held-out eval suite (paired pass@1 and reward with bootstrap bounds), and canaries a
     passing version on a share of the rollout workers' tasks before promoting or rolling back.
     """
-    import dataclasses
-
     settings = Settings.from_env()
     if recipe == "agent-sft":
         _agent_sft(settings, model_name, config_path, duration)
@@ -114,15 +117,7 @@ def learn(
                metrics_port, metrics_host)  # fmt: skip
         return
     model_name = model_name or GATE_MODEL
-    config = LearnerConfig.load(config_path or DEFAULT_CONFIG_PATH)
-    if min_rows is not None:
-        config = dataclasses.replace(
-            config, loop=dataclasses.replace(config.loop, min_new_rows=min_rows)
-        )
-    if duration is not None:
-        config = dataclasses.replace(
-            config, train=dataclasses.replace(config.train, duration=duration)
-        )
+    config = _overridden(LearnerConfig.load(config_path or DEFAULT_CONFIG_PATH), min_rows, duration)
     fallback = build_policy(load_config(SIMULATOR_CONFIG_PATH).policy)  # v0: the heuristic
     learner = ContinuousLearner(
         config,
@@ -142,6 +137,22 @@ def learn(
     _log(f"stopped after {len(results)} version(s) this run")
 
 
+Recipe = TypeVar("Recipe", "LearnerConfig", "AgentRLConfig")
+
+
+def _overridden(config: Recipe, min_rows: int | None, duration: str | None) -> Recipe:
+    """``config`` with --min-rows (loop.min_new_rows) and --duration (train.duration) applied."""
+    if min_rows is not None:
+        config = dataclasses.replace(
+            config, loop=dataclasses.replace(config.loop, min_new_rows=min_rows)
+        )
+    if duration is not None:
+        config = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, duration=duration)
+        )
+    return config
+
+
 def _agent(
     settings: Settings,
     paths: LearnerPaths,
@@ -154,19 +165,13 @@ def _agent(
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    import dataclasses
-
     from learner.agent_loop import DEFAULT_AGENT_CONFIG, AgentLearner, AgentRLConfig
 
-    config = AgentRLConfig.load(config_path or DEFAULT_AGENT_CONFIG)
-    changes: dict[str, object] = {}
+    config = _overridden(
+        AgentRLConfig.load(config_path or DEFAULT_AGENT_CONFIG), min_rows, duration
+    )
     if model_name is not None:
-        changes["model_name"] = model_name
-    if min_rows is not None:
-        changes["loop"] = dataclasses.replace(config.loop, min_new_rows=min_rows)
-    if duration is not None:
-        changes["train"] = dataclasses.replace(config.train, duration=duration)
-    config = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+        config = dataclasses.replace(config, model_name=model_name)
     learner = AgentLearner(config, paths, settings.kafka_client_config(), codec(settings),
                            log=_log)  # fmt: skip
     _log(f"agent {config.model_name}: lake {paths.lake}, MDS {paths.mds_root}/{learner.dataset}")
@@ -179,8 +184,6 @@ def _agent(
 def _agent_sft(
     settings: Settings, model_name: str | None, config_path: Path | None, duration: str | None
 ) -> None:
-    import dataclasses
-
     from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, run_sft
     from model_registry.registry import ModelRegistry
 

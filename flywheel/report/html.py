@@ -120,10 +120,9 @@ def headline_text(results: RunResults) -> str:
     )
 
 
-def _table(
-    columns: tuple[str, ...], rows: list[tuple[list[str], str | None]], reason_column: int
-) -> str:
+def _table(columns: tuple[str, ...], rows: list[tuple[list[str], str | None]]) -> str:
     """An HTML table of ``rows`` (cells, reason); the reason is the decision cell's tooltip."""
+    reason_column = columns.index("decision")
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for cells, reason in rows:
@@ -144,7 +143,7 @@ def _agent_section(results: RunResults) -> str:
     rows = [(agent_cells(v), v.reason) for v in results.agent_versions]
     return f"""<h2>Agent loop (<code>{html.escape(results.agent_model or "")}</code>)</h2>
 <p class="headline">{html.escape(agent_headline_text(results))}</p>
-{_table(AGENT_COLUMNS, rows, AGENT_COLUMNS.index("decision"))}
+{_table(AGENT_COLUMNS, rows)}
 <p>Eval pass@1 is greedy decoding on the held-out eval suite, paired against production; its
 lower bound is production's pass@1 plus the lift's bootstrap lower bound. The online reward is
 the mean reward of the trials each version sampled on the rollout workers.</p>"""
@@ -170,7 +169,7 @@ started {html.escape(results.started_at)}, {results.elapsed_s / 60:.1f} minutes,
 simulator config <code>{html.escape(results.config)}</code>.</p>
 <p class="headline">{html.escape(headline_text(results))}</p>
 <h2>Versions</h2>
-{_table(COLUMNS, [(version_cells(v), v.reason) for v in results.versions], 9)}
+{_table(COLUMNS, [(version_cells(v), v.reason) for v in results.versions])}
 <p>Realised values are the simulator's ground truth for the requests each version served;
 gate numbers are the off-policy estimates on held-out data recorded in
 <code>models.versions</code>.</p>
