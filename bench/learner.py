@@ -5,8 +5,8 @@ measured in the same run:
 
 * ``bench/learner_mds.py``: ``build_window`` rows/s vs a bare read → pack → ``MDSWriter``
   pipeline and vs ``MDSWriter`` alone (target >= 0.5x);
-* ``bench/learner_train.py``: Trainer rows/s over MDS samples vs a plain in-memory tensor loop
-  (on CUDA when there is one, so data loading shows up if it is the bottleneck).
+* ``bench/learner_train.py``: the gate recipe's Trainer rows/s over an MDS window, with the
+  in-memory and the streaming loader, vs a plain in-memory tensor loop (target >= 0.8x).
 
     .venv/bin/python -m bench.learner [--rows 200000]
 

@@ -6,7 +6,8 @@ window vs a plain torch loop over the same rows in memory, same model, batches a
 
 The rows are real trials: sampled by the model (the default agent LM shape, or ``--checkpoint``)
 on training tasks, scored, with group-relative advantages. Prints completion tokens/s of each
-side (steady state: from the second step) and their ratio; the target is >= 0.8x.
+side (steady state: from the second step) and their ratio; the target is >= 0.8x. The gate
+recipe's counterpart (rows/s of its Trainer vs its plain loop) is ``bench/learner_train.py``.
 """
 
 from __future__ import annotations

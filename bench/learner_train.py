@@ -1,21 +1,27 @@
-"""CPU training throughput: the Trainer over an MDS window of packed rows vs a plain tensor loop.
+"""The gate recipe's training throughput: the Trainer over an MDS window vs a plain tensor loop.
 
-Same MLP, optimizer, rows per step and number of steps on both sides. The baseline indexes
-shuffled in-memory tensors; the Trainer reads MDS samples (each packing ``--rows`` rows) through
-streaming, splits microbatches, reduces gradients and writes one final checkpoint.
+The gate's own pieces on both sides: `GatePolicyNet`, the doubly-robust `GateObjective` (its
+reward model fitted once), reward rows packed as the learner packs them (`SampleSpec`,
+``--rows`` per sample) and collated by `collate_rows`; same optimizer, rows per step and steps.
+The baseline indexes shuffled in-memory tensors. The Trainer runs twice, once with each loader:
+``memory`` (the default for windows that fit, `learner.memory_loader`) and ``streaming``
+(`streaming.StreamingDataLoader`); it splits microbatches, reduces gradients and writes one
+final checkpoint.
 
-    .venv/bin/python -m bench.learner_train [--samples 4096 --rows 16 --batch 64 --steps 150]
+    .venv/bin/python -m bench.learner_train [--rows-total 131072 --rows 64 --batch 32
+        --steps 150]
 
-Prints rows/s of each and their ratio (Trainer / baseline); steady state excludes setup (first
-step) and the final checkpoint.
+Prints rows/s of each (steady state: from the second step to the last, without setup and the
+final checkpoint) and the ratio of each loader to the baseline; the target is >= 0.8x.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -23,92 +29,103 @@ import streaming
 import torch
 
 from learner.loader import WindowStream
+from learner.objective import GateObjective, fit_reward_model
+from learner.samples import RewardRows, SampleSpec, collate_rows, rows_to_batch
 from learner.trainer import StepReport, Trainer, TrainerConfig
+from policies.context import CONTEXT_DIM
+from policies.gate_net import GatePolicyNet
 
-DIM = 32
+LR = 0.01
 
 
-def make_model() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(DIM, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 1),
+def make_rows(n: int) -> RewardRows:
+    """Logged decisions of a uniform behaviour policy; reward depends on the context."""
+    rng = np.random.default_rng(0)
+    context = rng.normal(size=(n, CONTEXT_DIM)).astype(np.float32)
+    shown = rng.random(n) < 0.5
+    accept = rng.random(n) < 1 / (1 + np.exp(-context[:, 0]))
+    return RewardRows(
+        source_id=np.asarray([f"s{i}" for i in range(n)], dtype=object), context=context,
+        shown=shown, propensity=np.full(n, 0.5), reward=np.where(shown, accept * 1.0 - 0.1, 0.0),
+        model_version=np.zeros(n, dtype=np.int64), event_time_ms=np.zeros(n, dtype=np.int64),
     )  # fmt: skip
 
 
-class RegressionTask:
-    def loss(
-        self, model: torch.nn.Module, batch: Mapping[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        per_row = (model(batch["x"]).squeeze(-1) - batch["y"]) ** 2
-        return per_row.sum(), torch.tensor(per_row.numel())
-
-
-def write_data(out: Path, samples: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(samples, rows, DIM)).astype(np.float32)
-    y = (x.sum(-1) + rng.normal(scale=0.1, size=(samples, rows))).astype(np.float32)
-    columns = {"id": "int", "x": "ndarray:float32", "y": "ndarray:float32"}
-    with streaming.MDSWriter(out=str(out), columns=columns) as writer:
-        for i in range(samples):
-            writer.write({"id": i, "x": x[i], "y": y[i]})
-    return x.reshape(-1, DIM), y.reshape(-1)
-
-
-def baseline(x: np.ndarray, y: np.ndarray, rows_per_step: int, steps: int) -> float:
-    """Rows/s of a plain loop over shuffled in-memory tensors (steady state)."""
+def make_model(rows: RewardRows) -> GatePolicyNet:
     torch.manual_seed(0)
-    model, xs, ys = make_model(), torch.from_numpy(x), torch.from_numpy(y)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    order = torch.randperm(len(xs))
+    net = GatePolicyNet()
+    net.set_standardisation(rows.features())
+    return net
+
+
+def write_window(out: Path, rows: RewardRows, rows_per_sample: int) -> None:
+    spec = SampleSpec(rows_per_sample=rows_per_sample)
+    with streaming.MDSWriter(out=str(out), columns=spec.columns()) as writer:
+        for sample in spec.pack(rows):
+            writer.write(sample)
+
+
+def baseline(rows: RewardRows, task: GateObjective, rows_per_step: int, steps: int) -> float:
+    """Rows/s of a plain loop over shuffled in-memory tensors (steady state)."""
+    model, batch = make_model(rows), rows_to_batch(rows)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(0))
     start = 0.0
     for step in range(steps):
         if step == 1:
             start = time.perf_counter()
-        index = order[(step * rows_per_step) % len(xs) :][:rows_per_step]
-        loss = ((model(xs[index]).squeeze(-1) - ys[index]) ** 2).sum() / len(index)
+        first = (step * rows_per_step) % (len(rows) - rows_per_step + 1)
+        index = order[first : first + rows_per_step]
+        loss, count = task.loss(model, {k: v[index] for k, v in batch.items()})
         optimizer.zero_grad()
-        torch.autograd.backward(loss)
+        torch.autograd.backward(loss / count)
         optimizer.step()
     return rows_per_step * (steps - 1) / (time.perf_counter() - start)
 
 
-def trainer(window: Path, save_dir: Path, batch: int, steps: int) -> tuple[float, float]:
-    """(steady-state rows/s, whole-fit rows/s incl. setup and final checkpoint) of the Trainer."""
+def trainer(
+    rows: RewardRows, task: GateObjective, window: Path, save_dir: Path, batch: int, steps: int,
+    loader: str,
+) -> float:  # fmt: skip
+    """Steady-state rows/s of the Trainer with ``loader``."""
     stamps: list[tuple[float, int]] = []
 
     def on_step(report: StepReport) -> None:
         stamps.append((time.perf_counter(), report.progress.tokens))
 
     config = TrainerConfig(
-        save_dir=save_dir, batch_size=batch, duration=f"{steps}ba",
-        checkpoint_interval="1000000ba", device="cpu",
+        save_dir=save_dir, batch_size=batch, duration=f"{steps}ba", lr=LR,
+        checkpoint_interval="1000000ba", device="cpu", loader=loader,  # type: ignore[arg-type]
     )  # fmt: skip
-    started = time.perf_counter()
-    result = Trainer(config, RegressionTask(), make_model, [WindowStream(window)], on_step=on_step)
-    fit = result.fit()
-    whole = fit.progress.tokens / (time.perf_counter() - started)
+    Trainer(config, task, lambda: make_model(rows), [WindowStream(window)],
+            collate=collate_rows, on_step=on_step).fit()  # fmt: skip
     (t0, r0), (t1, r1) = stamps[0], stamps[-1]
-    return (r1 - r0) / (t1 - t0), whole
+    return (r1 - r0) / (t1 - t0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--rows", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=64, help="samples per step")
+    parser.add_argument("--rows-total", type=int, default=131072, help="reward rows in the window")
+    parser.add_argument("--rows", type=int, default=64, help="rows per MDS sample (the config's)")
+    parser.add_argument("--batch", type=int, default=32, help="samples per step (the config's)")
     parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    with tempfile.TemporaryDirectory() as tmp:
-        x, y = write_data(Path(tmp) / "window", args.samples, args.rows)
-        base = baseline(x, y, args.batch * args.rows, args.steps)
-        steady, whole = trainer(Path(tmp) / "window", Path(tmp) / "ckpt", args.batch, args.steps)
-    print(
-        f"rows/step={args.batch * args.rows} steps={args.steps} threads={torch.get_num_threads()}"
-    )
-    print(f"baseline tensor loop : {base:12,.0f} rows/s")
-    print(f"trainer (steady)     : {steady:12,.0f} rows/s  ratio {steady / base:.2f}")
-    print(f"trainer (whole fit)  : {whole:12,.0f} rows/s  ratio {whole / base:.2f}")
+    rows = make_rows(args.rows_total)
+    task = GateObjective(fit_reward_model(rows))
+    # Removed at exit, not before: streaming's prefetch thread may still look at the window.
+    tmp = tempfile.mkdtemp(prefix="bench-learner-train-")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+    write_window(Path(tmp) / "window", rows, args.rows)
+    base = baseline(rows, task, args.batch * args.rows, args.steps)
+    results = {}
+    for loader in ("memory", "streaming"):
+        results[loader] = trainer(rows, task, Path(tmp) / "window", Path(tmp) / f"ckpt-{loader}",
+                                  args.batch, args.steps, loader)  # fmt: skip
+    print(f"gate model, rows/step={args.batch * args.rows} ({args.batch} samples x {args.rows} "
+          f"rows) steps={args.steps} threads={torch.get_num_threads()}")  # fmt: skip
+    print(f"baseline tensor loop  : {base:12,.0f} rows/s")
+    for loader, rate in results.items():
+        print(f"trainer, {loader + ' loader':13s}: {rate:12,.0f} rows/s  ratio {rate / base:.2f}")
 
 
 if __name__ == "__main__":

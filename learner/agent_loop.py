@@ -64,8 +64,13 @@ class AgentLoopConfig:
 
 # One optimizer step = 4 samples x 16 rows = 64 trials; a fixed budget per version (a pass over
 # "all new trials" grows with every slow cycle while the rollout workers keep sampling).
-AGENT_TRAINING = TrainerConfig(
-    batch_size=4, duration="12ba", checkpoint_interval="4ba", lr=3e-4, grad_clip_norm=1.0
+AGENT_TRAINING = TrainerConfig(  # streams its windows, as agent-sft (SFT_TRAINING) does
+    batch_size=4,
+    duration="12ba",
+    checkpoint_interval="4ba",
+    lr=3e-4,
+    grad_clip_norm=1.0,
+    loader="streaming",
 )
 AGENT_CANARY = CanaryConfig(
     traffic_fraction=0.25, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0

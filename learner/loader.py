@@ -18,6 +18,10 @@ another. Notes on streaming 0.13 that shape this module:
   datasets in other processes on this machine (parallel tests, a second trainer);
 * ``num_workers=0`` is the default: on small CPU boxes worker processes cost more than they save,
   and each worker re-imports streaming (several seconds).
+
+Windows that fit in memory skip all of that: ``loader="auto"`` (the default) reads them once
+into a `learner.memory_loader.MemoryLoader` with the same mixing, order-independence of the
+world size and resume position; ``"streaming"`` forces the StreamingDataLoader.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import streaming
@@ -36,6 +40,10 @@ import torch
 
 from learner.durations import Progress
 from learner.errors import TrainingDataError
+from learner.memory_loader import MemoryLoader
+
+LoaderKind = Literal["auto", "memory", "streaming"]
+MEMORY_LOADER_MAX_BYTES = 1 << 30  # "auto" holds windows of up to 1 GiB of shards in memory
 
 
 @dataclass(frozen=True)
@@ -96,16 +104,34 @@ def concat_rows(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]
     return out
 
 
+def window_bytes(windows: Sequence[WindowStream]) -> int:
+    """Bytes of the windows' shard files on disk."""
+    return sum(f.stat().st_size for w in windows for f in Path(w.local).glob("shard.*"))
+
+
 def build_loader(
-    windows: Sequence[WindowStream], rank_batch_size: int, seed: int, num_workers: int = 0
+    windows: Sequence[WindowStream],
+    rank_batch_size: int,
+    seed: int,
+    num_workers: int = 0,
+    *,
+    kind: LoaderKind = "streaming",
+    rank: int = 0,
+    world_size: int = 1,
 ) -> Any:
-    """A shuffled `streaming.StreamingDataLoader` over ``windows`` yielding columnar batches of
-    ``rank_batch_size`` samples (this rank's share of the global batch; partial batches dropped).
+    """A shuffled loader over ``windows`` yielding columnar batches of ``rank_batch_size``
+    samples (this rank's share of the global batch; partial batches dropped): a
+    `MemoryLoader` for ``kind="memory"``, or ``"auto"`` with windows of at most
+    `MEMORY_LOADER_MAX_BYTES`, else a `streaming.StreamingDataLoader`.
 
     Call after the process group is initialised: streaming reads the world from it.
     """
     if not windows:
         raise TrainingDataError("no windows to train on: pass at least one WindowStream")
+    if kind == "memory" or (kind == "auto" and window_bytes(windows) <= MEMORY_LOADER_MAX_BYTES):
+        for window in windows:
+            window.to_stream()  # the same check of the directory, the same error
+        return MemoryLoader(windows, rank_batch_size, seed, rank=rank, world_size=world_size)
     try:
         dataset = streaming.StreamingDataset(
             streams=[window.to_stream() for window in windows],
@@ -145,7 +171,7 @@ def release_loader(loader: Any, is_local_leader: bool) -> None:
     Its shared memory stays registered until this process exits, so the prefix cannot be
     taken by another dataset before then.
     """
-    prefix = getattr(loader.dataset, "_shm_prefix_int", None)
+    prefix = getattr(getattr(loader, "dataset", None), "_shm_prefix_int", None)
     if not is_local_leader or prefix is None:
         return
     for name in ("barrier_filelock", "cache_filelock"):

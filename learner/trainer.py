@@ -39,6 +39,7 @@ from learner.distributed import (
 from learner.durations import Duration, Progress
 from learner.errors import MicrobatchError, TrainerConfigError
 from learner.loader import (
+    LoaderKind,
     WindowStream,
     build_loader,
     concat_rows,
@@ -72,7 +73,9 @@ class TrainerConfig:
     ``microbatch_size``: samples per forward/backward on one rank, or 'auto' (start at the
     rank's whole share and halve on out-of-memory). ``init_from``: a ``torch.save``d model
     state_dict for a warm start, ignored when ``save_dir`` already has a checkpoint.
-    ``save_dir`` is required to train (TrainerConfigError otherwise).
+    ``save_dir`` is required to train (TrainerConfigError otherwise). ``loader``: 'auto' holds
+    windows of up to 1 GiB in memory (`learner.memory_loader`), larger ones stream; 'memory' or
+    'streaming' forces one.
     """
 
     save_dir: Path | None = None
@@ -88,6 +91,7 @@ class TrainerConfig:
     keep_checkpoints: int = 2
     device: DevicePreference = "auto"
     num_workers: int = 0
+    loader: LoaderKind = "auto"
 
     def __post_init__(self) -> None:
         if self.save_dir is not None:
@@ -98,6 +102,8 @@ class TrainerConfig:
             object.__setattr__(self, "init_from", Path(self.init_from))
         if self.batch_size < 1:
             raise TrainerConfigError(f"batch_size={self.batch_size}: use at least 1 sample")
+        if self.loader not in ("auto", "memory", "streaming"):
+            raise TrainerConfigError(f"loader={self.loader!r}: use 'auto', 'memory' or 'streaming'")
         if self.microbatch_size != "auto" and self.microbatch_size < 1:
             raise TrainerConfigError(
                 f"microbatch_size={self.microbatch_size}: use 'auto' or a positive int"
@@ -222,8 +228,9 @@ class _Run:
                 self.model, device_ids=device_ids, broadcast_buffers=False
             )
         loader = build_loader(
-            self.trainer.windows, self.rank_batch, self.config.seed, self.config.num_workers
-        )
+            self.trainer.windows, self.rank_batch, self.config.seed, self.config.num_workers,
+            kind=self.config.loader, rank=self.ctx.rank, world_size=self.ctx.world_size,
+        )  # fmt: skip
         if loader_state is not None:
             loader.load_state_dict(loader_state)
         last = self._loop(train_model, loader, resumed)

@@ -61,7 +61,7 @@ def warm_start(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                intermediate_size=128),
         corpus=CorpusConfig(tasks=1000),
         train=TrainerConfig(batch_size=4, duration="120ba", checkpoint_interval="60ba", lr=3e-3,
-                            grad_clip_norm=1.0),
+                            grad_clip_norm=1.0, loader="streaming"),
         eval=EvalConfig(tasks=20),
     )  # fmt: skip
     return run_sft(config, tmp_path_factory.mktemp("sft"), log=lambda _: None).checkpoint

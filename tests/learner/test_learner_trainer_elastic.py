@@ -1,5 +1,6 @@
 """Multi-process training with 2 gloo ranks (the env torchrun sets): checkpoints saved by 2 ranks
-resume on 1 and the reverse, and an OOM on one rank makes both halve the microbatch."""
+resume on 1 (with either loader) and the reverse, and an OOM on one rank makes both halve the
+microbatch."""
 
 from __future__ import annotations
 
@@ -27,8 +28,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         str(tiny_training.write_window(root / "w1", 1000, 16, seed=2)),
     ]
     base = {"windows": windows, "batch_size": 8, "checkpoint_interval": "4ba", "keep": 5}
-    reference = {**base, "save_dir": str(root / "ref"), "duration": "8ba"}
-    children.run_all([{**reference, "log": str(root / "ref.jsonl")}])
+    references = [
+        {**base, "save_dir": str(root / f"ref-{loader}"), "duration": "8ba", "loader": loader,
+         "log": str(root / f"ref-{loader}.jsonl")}
+        for loader in ("memory", "streaming")
+    ]  # fmt: skip
+    children.run_all(references)
     return {"root": root, "base": base}
 
 
@@ -47,9 +52,13 @@ def _steps(log: Path) -> dict[int, list[int]]:
     return {e["step"]: e["ids"] for e in map(json.loads, log.read_text().splitlines())}
 
 
-def test_two_ranks_save_and_one_process_resumes(data: dict[str, Any], tmp_path: Path) -> None:
-    base, ref_dir = data["base"], data["root"] / "ref"
+@pytest.mark.parametrize("loader", ["memory", "streaming"])
+def test_two_ranks_save_and_one_process_resumes(
+    data: dict[str, Any], tmp_path: Path, loader: str
+) -> None:
+    base, ref_dir = data["base"], data["root"] / f"ref-{loader}"
     spec = {**base, "save_dir": str(tmp_path / "run"), "log": str(tmp_path / "log.jsonl")}
+    spec["loader"] = loader
     children.run_ranks({**spec, "duration": "4ba"}, world_size=2)
     checkpoint = list_complete(tmp_path / "run")[-1]
     assert checkpoint.step == 4
@@ -62,7 +71,7 @@ def test_two_ranks_save_and_one_process_resumes(data: dict[str, Any], tmp_path: 
     _assert_same(_weights(tmp_path / "run", 8), _weights(ref_dir, 8))
 
     # Each global batch holds the reference's samples, however the ranks split it.
-    reference = _steps(data["root"] / "ref.jsonl")
+    reference = _steps(data["root"] / f"ref-{loader}.jsonl")
     rank0, rank1 = _steps(tmp_path / "log.jsonl.rank0"), _steps(tmp_path / "log.jsonl.rank1")
     for step in range(1, 5):
         assert sorted(rank0[step] + rank1[step]) == sorted(reference[step])
@@ -70,7 +79,7 @@ def test_two_ranks_save_and_one_process_resumes(data: dict[str, Any], tmp_path: 
 
 
 def test_one_process_saves_and_two_ranks_resume(data: dict[str, Any], tmp_path: Path) -> None:
-    base, ref_dir = data["base"], data["root"] / "ref"
+    base, ref_dir = data["base"], data["root"] / "ref-memory"
     spec = {**base, "save_dir": str(tmp_path / "run")}
     children.run_all([{**spec, "duration": "4ba"}])
     children.run_ranks({**spec, "duration": "8ba"}, world_size=2)
@@ -80,7 +89,7 @@ def test_one_process_saves_and_two_ranks_resume(data: dict[str, Any], tmp_path: 
 def test_oom_on_one_rank_halves_the_microbatch_on_both(
     data: dict[str, Any], tmp_path: Path
 ) -> None:
-    base, ref_dir = data["base"], data["root"] / "ref"
+    base, ref_dir = data["base"], data["root"] / "ref-memory"
     spec = {**base, "save_dir": str(tmp_path / "run"), "log": str(tmp_path / "log.jsonl")}
     spec |= {"duration": "8ba", "oom_above": 1, "oom_ranks": [1]}
     children.run_ranks(spec, world_size=2)

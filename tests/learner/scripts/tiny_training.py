@@ -6,7 +6,8 @@ from a forkserver child that already imported torch and streaming (a fresh inter
 ~10 s importing them on a small box).
 
 The spec (JSON): windows [dirs], save_dir, batch_size, duration, checkpoint_interval,
-microbatch_size, seed, init_from, log (per-step sample ids, one JSON line per step, fsynced),
+microbatch_size, seed, init_from, loader ("auto", "memory" or "streaming"), log (per-step
+sample ids, one JSON line per step, fsynced),
 result (FitResult summary), step_sleep_s, oom_above (inject OOM for microbatches of more
 samples) on oom_ranks, env (extra environment), dist {rank, world_size, port} (sets the
 env torchrun would).
@@ -108,6 +109,7 @@ def run(spec: Mapping[str, Any]) -> FitResult:
         init_from=Path(spec["init_from"]) if spec.get("init_from") else None,
         keep_checkpoints=spec.get("keep", 2),
         device="cpu",
+        loader=spec.get("loader", "auto"),
     )
     oom_ranks = spec.get("oom_ranks")  # None: every rank
     rank = spec["dist"]["rank"] if spec.get("dist") else 0
