@@ -31,6 +31,10 @@ from policies.context import INDEX
 from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger
 
+# Metric names of the candidate's two-sided DR value interval (GateDecision.interval_metrics).
+VALUE_LOWER_METRIC = "ope_dr_value_lower"
+VALUE_UPPER_METRIC = "ope_dr_value_upper"
+
 
 @runtime_checkable
 class ScoresFeatures(Protocol):
@@ -84,13 +88,21 @@ class GateDecision:
     passed: bool
     reason: str
     ope_dr_value: float
-    ope_dr_lower: float  # production DR + lower bound of the paired DR difference
+    ope_dr_lower: float  # production DR + lower bound of the paired DR difference (the verdict)
     ope_snips_value: float
     ope_snips_lower: float
     ope_baseline_value: float  # production's DR value on the same rows
     ope_confidence_level: float
     ope_effective_sample_size: float
     comparison: PairedComparison
+
+    def interval_metrics(self) -> dict[str, float]:
+        """The candidate's value interval for the version's ``metrics``: a value realised later
+        in the fleet should lie in it. (``ope_dr_lower`` is production's point value plus the
+        paired lift's bound: the right test of "better than production", but it ignores the
+        sampling error of the level itself.)"""
+        low, high = self.comparison.candidate_dr_interval
+        return {VALUE_LOWER_METRIC: low, VALUE_UPPER_METRIC: high}
 
     def event_fields(self) -> dict[str, float | str]:
         """Keyword arguments for ``schemas.events.ModelVersionEvent`` (ope_* and reason)."""
@@ -137,6 +149,7 @@ class OffPolicyGate:
             confidence=c.confidence,
             resamples=c.resamples,
             seed=c.seed,
+            clusters=heldout.user_id,
         )
         passed, reason = self._verdict(result)
         return GateDecision(

@@ -26,7 +26,7 @@ from processors.lake.layout import LakeFile
 Enrich = Callable[[pa.Table], pa.Table]  # adds point-in-time feature columns to reward rows
 _BASE_COLUMNS = (
     "source_id", "context", "decision", "propensity", "reward", "model_version", "event_time",
-    "attributed_at",
+    "attributed_at", "user_id",
 )  # fmt: skip
 
 
@@ -44,6 +44,8 @@ def _read_file(
         # A filter column whose statistics prove that every row matches is neither read nor
         # compared (the usual case: a lake file holds one source, reward function and model).
         checks = {c: v for c, v in wanted.items() if not _all_rows_equal(parquet.metadata, c, v)}
+        if columns is not None and "user_id" not in parquet.schema_arrow.names:
+            columns = [c for c in columns if c != "user_id"]  # a file of Reward v1
         table = parquet.read(columns=None if columns is None else [*columns, *checks])
     total = table.num_rows
     keep = None
@@ -187,6 +189,7 @@ def to_rows(
         event_time_ms=rows_of(event_time, np.int64),
         extra=extra,
         extra_columns=extra_names,
+        user_id=column("user_id", np.object_) if ids and "user_id" in table.column_names else None,
     )
 
 
@@ -199,12 +202,15 @@ def load_rows(
     split: HoldoutSplit | None = None,
     enrich: Enrich | None = None,
     context_dim: int = CONTEXT_DIM,
+    model_name: str | None = None,
 ) -> RewardRows:
     """Suggestion reward rows of ``reward_fn`` read from lake files (a window's, or given).
 
     ``holdout``: True → only held-out rows (the gate's data), False → only training rows (what
-    the window's MDS holds), None → all. Rows come in file order, each file in offset order. Raises
-    LearnerError for missing files or bad contexts.
+    the window's MDS holds), None → all. ``model_name``: only rows a version of that model
+    served (a window's files hold every model's rows; its MDS holds only its model's). Rows come
+    in file order, each file in offset order. Raises LearnerError for missing files or bad
+    contexts.
     """
     if isinstance(source, WindowRecord):
         paths = [lake / f.path for f in source.files]
@@ -215,7 +221,7 @@ def load_rows(
         raise LearnerError(f"lake files {missing[:3]} are missing; was the lake moved or pruned?")
     if not paths:
         raise LearnerError("load_rows got no lake files; pass a window or at least one file.")
-    table, _ = read_table(paths, reward_fn, split or HoldoutSplit(), enrich)
+    table, _ = read_table(paths, reward_fn, split or HoldoutSplit(), enrich, model_name)
     if holdout is None:
         return to_rows(table, context_dim)
     held = held_out_mask(table)

@@ -178,6 +178,7 @@ class ContinuousLearner:
                 "train_rows": float(len(train_rows)),
                 "heldout_rows": float(len(heldout)),
                 WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
+                **decision.interval_metrics(),
             },
         )
         fields = decision.event_fields()
@@ -230,6 +231,7 @@ class ContinuousLearner:
                     holdout=holdout,
                     split=self.config.holdout,
                     enrich=enrich,
+                    model_name=self.model_name,  # the files hold other models' rows too
                 )
                 for w in windows
             ]

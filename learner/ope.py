@@ -13,7 +13,9 @@ q̂(suppress) = 0). Importance weight w = π(a|x) / μ(a|x).
 * ESS  = (Σ w)² / Σ w²: how many on-policy rows the weighted sample is worth.
 
 Comparisons are paired: candidate and production are scored on the same rows, and the bootstrap
-(seeded, resampling rows) gives a one-sided lower bound on the difference.
+(seeded) gives a one-sided lower bound on the difference. With ``clusters`` (the rows' user ids)
+it resamples whole users, not rows: one user's requests share a hidden preference (a skeptic's
+dozens of rows move together), so rows are not independent and a row bootstrap is too narrow.
 """
 
 from __future__ import annotations
@@ -88,17 +90,43 @@ def bootstrap_lower(
     ``statistic`` takes a (b, n) matrix of resampled row indices and returns (b,) values. The
     bound is the (1 - confidence) quantile of ``resamples`` values (seeded, reproducible).
     """
-    if not 0.5 <= confidence < 1.0 or resamples < 1 or n < 1:
-        raise LearnerError(
-            f"bootstrap needs confidence in [0.5, 1) (got {confidence}), resamples >= 1 (got "
-            f"{resamples}) and rows (got {n})."
-        )
+    _check_bootstrap(confidence, resamples, n)
+    return float(np.quantile(_resampled(statistic, n, resamples, seed), 1.0 - confidence))
+
+
+def _resampled(
+    statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int, seed: int
+) -> np.ndarray:
+    """(resamples,) values of ``statistic`` on seeded bootstrap resamples of n rows."""
     rng = np.random.default_rng(seed)
     values = []
     for start in range(0, resamples, _CHUNK):
         b = min(_CHUNK, resamples - start)
         values.append(statistic(rng.integers(0, n, size=(b, n))))
-    return float(np.quantile(np.concatenate(values), 1.0 - confidence))
+    return np.concatenate(values)
+
+
+def bootstrap_interval(
+    statistic: Callable[[np.ndarray], np.ndarray],
+    n: int,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Two-sided percentile interval at ``confidence`` (arguments as :func:`bootstrap_lower`)."""
+    _check_bootstrap(confidence, resamples, n)
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(_resampled(statistic, n, resamples, seed), [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def _check_bootstrap(confidence: float, resamples: int, n: int) -> None:
+    if not 0.5 <= confidence < 1.0 or resamples < 1 or n < 1:
+        raise LearnerError(
+            f"bootstrap needs confidence in [0.5, 1) (got {confidence}), resamples >= 1 (got "
+            f"{resamples}) and rows (got {n})."
+        )
 
 
 def mean_lower(
@@ -127,6 +155,10 @@ class PairedComparison:
     candidate_dr: float
     production_dr: float
     dr_difference_lower: float  # lower bound on candidate_dr - production_dr
+    # Two-sided interval of the candidate's own value (its DR terms alone): unlike
+    # production_dr + dr_difference_lower it carries the level's sampling error, so it is what
+    # a value realised later on other requests should fall in.
+    candidate_dr_interval: tuple[float, float]
     candidate_snips: float
     production_snips: float
     snips_difference_lower: float
@@ -144,6 +176,20 @@ class PairedComparison:
         return self.candidate_snips - self.production_snips
 
 
+def cluster_sums(clusters: np.ndarray | None, *columns: np.ndarray) -> np.ndarray:
+    """(k, 1 + len(columns)): per cluster its row count and the sums of ``columns`` (n,);
+    rows of cluster None (unknown user) are each a cluster of their own. Without ``clusters``
+    every row is one (k = n), and a bootstrap over them is the plain row bootstrap."""
+    stacked = np.stack([np.ones(len(columns[0])), *columns], axis=1)
+    if clusters is None:
+        return stacked
+    keys = np.asarray([f"\x00row{i}" if c is None else str(c) for i, c in enumerate(clusters)])
+    _, index = np.unique(keys, return_inverse=True)
+    sums = np.zeros((int(index.max()) + 1, stacked.shape[1]))
+    np.add.at(sums, index, stacked)
+    return sums
+
+
 def compare(
     pi_candidate: np.ndarray,
     pi_production: np.ndarray,
@@ -156,8 +202,10 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     resamples: int = DEFAULT_BOOTSTRAP,
     seed: int = 0,
+    clusters: np.ndarray | None = None,
 ) -> PairedComparison:
-    """Paired DR / SNIPS / IPS comparison with bootstrap lower bounds on the differences."""
+    """Paired DR / SNIPS / IPS comparison with bootstrap lower bounds on the differences and
+    an interval of the candidate's value; ``clusters`` (n,) resamples by user (module doc)."""
     _check_lengths(pi_candidate, pi_production, shown, propensity, reward, q_show, q_suppress)
     if len(reward) == 0:
         raise LearnerError("no held-out rows to evaluate on; wait for more data.")
@@ -165,23 +213,40 @@ def compare(
     w_p = importance_weights(pi_production, shown, propensity)
     dr_c = dr_terms(pi_candidate, shown, propensity, reward, q_show, q_suppress)
     dr_p = dr_terms(pi_production, shown, propensity, reward, q_show, q_suppress)
-    dr_lower = mean_lower(dr_c - dr_p, confidence=confidence, resamples=resamples, seed=seed)
+    # Per cluster: rows, Σ dr_c, Σ (dr_c - dr_p), Σ w_c r, Σ w_c, Σ w_p r, Σ w_p.
+    sums = cluster_sums(clusters, dr_c, dr_c - dr_p, w_c * reward, w_c, w_p * reward, w_p)
+    k = len(sums)
+
+    def resampled(idx: np.ndarray) -> np.ndarray:  # (b, k) cluster indices → (b, 7) sums
+        return np.asarray(sums[idx].sum(axis=1))
+
+    def dr_difference(idx: np.ndarray) -> np.ndarray:
+        total = resampled(idx)
+        return np.asarray(total[:, 2] / total[:, 0])
 
     def snips_difference(idx: np.ndarray) -> np.ndarray:
-        wc, wp, r = w_c[idx], w_p[idx], reward[idx]
+        total = resampled(idx)
         with np.errstate(invalid="ignore", divide="ignore"):
-            diff = (wc * r).sum(1) / wc.sum(1) - (wp * r).sum(1) / wp.sum(1)
+            diff = total[:, 3] / total[:, 4] - total[:, 5] / total[:, 6]
         return np.asarray(np.nan_to_num(diff), dtype=np.float64)
 
-    snips_lower = bootstrap_lower(
-        snips_difference, len(reward), confidence=confidence, resamples=resamples, seed=seed
-    )
+    def candidate_value(idx: np.ndarray) -> np.ndarray:
+        total = resampled(idx)
+        return np.asarray(total[:, 1] / total[:, 0])
+
+    dr_lower = bootstrap_lower(dr_difference, k, confidence=confidence, resamples=resamples,
+                               seed=seed)  # fmt: skip
+    snips_lower = bootstrap_lower(snips_difference, k, confidence=confidence,
+                                  resamples=resamples, seed=seed)  # fmt: skip
+    interval = bootstrap_interval(candidate_value, k, confidence=confidence,
+                                  resamples=resamples, seed=seed)  # fmt: skip
     return PairedComparison(
         rows=len(reward),
         confidence=confidence,
         candidate_dr=float(dr_c.mean()),
         production_dr=float(dr_p.mean()),
         dr_difference_lower=dr_lower,
+        candidate_dr_interval=interval,
         candidate_snips=snips(w_c, reward),
         production_snips=snips(w_p, reward),
         snips_difference_lower=snips_lower,

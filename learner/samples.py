@@ -49,6 +49,9 @@ class RewardRows:
     event_time_ms: np.ndarray  # (n,) int64, epoch milliseconds
     extra: np.ndarray | None = None  # (n, E) float32 extra feature columns, or None
     extra_columns: tuple[str, ...] = ()
+    # (n,) object (str or None): the users' pseudonyms, the gate's bootstrap clusters; None
+    # when the rows were read without them.
+    user_id: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.shown)
@@ -75,6 +78,7 @@ class RewardRows:
             event_time_ms=self.event_time_ms[index],
             extra=None if self.extra is None else self.extra[index],
             extra_columns=self.extra_columns,
+            user_id=None if self.user_id is None else self.user_id[index],
         )
 
     @staticmethod
@@ -98,6 +102,9 @@ class RewardRows:
             if extras[0] is None
             else np.concatenate([e for e in extras if e is not None]),
             extra_columns=parts[0].extra_columns,
+            user_id=None
+            if any(p.user_id is None for p in parts)
+            else np.concatenate([p.user_id for p in parts if p.user_id is not None]),
         )
 
 

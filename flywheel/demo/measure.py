@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from fleet.subscriber import Routed
 from flywheel.demo.results import TimelinePoint, VersionResult
+from learner.gate import VALUE_LOWER_METRIC, VALUE_UPPER_METRIC
 from learner.loop import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import DECIDED, VersionState
 from policies.policy import Policy
@@ -56,16 +57,18 @@ class Timeline:
         self._last = dict(by_version)
 
 
-def _gate_numbers(state: VersionState) -> tuple[float | None, float | None, float | None]:
+def _gate_numbers(state: VersionState) -> tuple[float | None, ...]:
+    """(estimate, paired lower bound, production's value, interval low, interval high)."""
     gated = [
         e
         for e in state.events
         if e.event_type in (ModelEventType.GATE_PASSED, ModelEventType.GATE_FAILED)
     ]
     if not gated:
-        return None, None, None
+        return None, None, None, None, None
     e = gated[-1]
-    return e.ope_dr_value, e.ope_dr_lower, e.ope_baseline_value
+    low, high = e.metrics.get(VALUE_LOWER_METRIC), e.metrics.get(VALUE_UPPER_METRIC)
+    return e.ope_dr_value, e.ope_dr_lower, e.ope_baseline_value, low, high
 
 
 def version_results(
@@ -79,11 +82,11 @@ def version_results(
     for version in sorted({0, *states}):
         t = truth.get(version, GroundTruthSummary())
         state = states.get(version)
-        estimate = lower = baseline = None
+        estimate = lower = baseline = low = high = None
         decision, reason, parent = "SERVING", None, None
         live_s = decided_s = None
         if state is not None:
-            estimate, lower, baseline = _gate_numbers(state)
+            estimate, lower, baseline, low, high = _gate_numbers(state)
             decision, reason = state.status.name, state.latest.reason
             # A model's first version has no registered parent: it replaced the heuristic v0.
             parent = 0 if state.parent_version is None else state.parent_version
@@ -107,6 +110,8 @@ def version_results(
                 reason=reason,
                 data_to_live_s=live_s,
                 decided_at_s=decided_s,
+                gate_interval_low=low,
+                gate_interval_high=high,
             )
         )
     return rows

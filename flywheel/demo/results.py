@@ -36,12 +36,16 @@ class VersionResult:
     accept_rate: float  # accepted / shown
     reward_per_request: float  # realised tab@1 per request
     gate_estimate: float | None  # doubly-robust estimate of the version's value
-    gate_lower: float | None  # its lower confidence bound
+    gate_lower: float | None  # production's value + the paired lift's lower bound (the verdict)
     gate_baseline: float | None  # production's value on the same held-out data
     decision: str  # last ModelVersionEvent type, e.g. PROMOTED, GATE_FAILED, ROLLED_BACK
     reason: str | None
     data_to_live_s: float | None  # newest reward in the window → first served in the fleet
     decided_at_s: float | None  # seconds after the run started
+    # The gate's two-sided interval of the version's value (its own DR terms): where the
+    # realised reward per request should fall. None in results written before it existed.
+    gate_interval_low: float | None = None
+    gate_interval_high: float | None = None
 
 
 @dataclass(frozen=True)

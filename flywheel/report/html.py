@@ -36,7 +36,8 @@ COLUMNS = (
     "accept rate",
     "reward / req",
     "gate estimate",
-    "gate lower",
+    "gate interval",
+    "paired lower",
     "baseline",
     "decision",
     "data → live (s)",
@@ -45,6 +46,10 @@ COLUMNS = (
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 def version_cells(v: VersionResult) -> list[str]:
@@ -57,6 +62,7 @@ def version_cells(v: VersionResult) -> list[str]:
         _num(v.accept_rate if v.requests else None, ".3f"),
         _num(v.reward_per_request if v.requests else None, ".4f"),
         _num(v.gate_estimate, ".4f"),
+        _interval(v.gate_interval_low, v.gate_interval_high),
         _num(v.gate_lower, ".4f"),
         _num(v.gate_baseline, ".4f"),
         v.decision,

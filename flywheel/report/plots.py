@@ -68,20 +68,23 @@ def reward(results: RunResults, path: Path) -> Path:
 
 
 def gate(results: RunResults, path: Path) -> Path:
-    """The gate's estimate (with its lower bound) against the value realised in the fleet."""
+    """The gate's estimate with its value interval (or, in older results, the paired lower
+    bound) against the value realised in the fleet."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
     gated = [v for v in results.versions if v.gate_estimate is not None]
     xs = range(len(gated))
     est = [v.gate_estimate or 0.0 for v in gated]
-    low = [(v.gate_estimate or 0.0) - (v.gate_lower or 0.0) for v in gated]
-    below = [low, [0.0] * len(gated)]
+    below = [e - (v.gate_interval_low if v.gate_interval_low is not None else v.gate_lower or e)
+             for e, v in zip(est, gated, strict=True)]  # fmt: skip
+    above = [(v.gate_interval_high if v.gate_interval_high is not None else e) - e
+             for e, v in zip(est, gated, strict=True)]  # fmt: skip
     ax.errorbar(
         [x - 0.1 for x in xs],
         est,
-        yerr=below,
+        yerr=[below, above],
         fmt="o",
         capsize=4,
-        label="gate estimate (DR) and lower bound",
+        label="gate estimate (DR) and its interval",
     )
     ax.plot(
         [x + 0.1 for x in xs],
