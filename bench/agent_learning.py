@@ -91,8 +91,10 @@ def main() -> None:
                 optimizer.step()
                 optimizer.zero_grad()
         flat = dropped["flat_group"]
-        print(f"iteration {i + 1:3d}: mean trial reward {trials.reward.mean():.3f}, trained on "
-              f"{int(keep.sum())} trials ({flat} in flat groups)", flush=True)  # fmt: skip
+        length = trials.tokens.target.sum(axis=1).mean()  # completion tokens, end included
+        print(f"iteration {i + 1:3d}: mean trial reward {trials.reward.mean():.3f}, "
+              f"{length:.1f} tokens per trial, trained on {int(keep.sum())} trials ({flat} in "
+              "flat groups)", flush=True)  # fmt: skip
         if args.eval_every and (i + 1) % args.eval_every == 0 and i + 1 < args.iterations:
             model.eval()
             now = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
