@@ -46,7 +46,7 @@ from schemas.enums import Channel, ReplicaState
 from schemas.events import ChannelPointer, ReplicaAck
 from streams.errors import TopicIOError
 from streams.serde import AvroCodec
-from streams.topic_io import EventProducer
+from streams.topic_io import EventProducer, watermarks
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -243,9 +243,7 @@ class ModelSubscriber(Generic[T]):
         topic = self._topics.channels
         ends: dict[int, int] = {}
         for partition in self._partitions:
-            low, high = self._offsets.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s, cached=False
-            )
+            low, high = watermarks(self._offsets, TopicPartition(topic, partition), timeout_s)
             if high > low:
                 ends[partition] = high
         messages: list[Message] = []

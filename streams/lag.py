@@ -9,6 +9,8 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams.topic_io import watermarks
+
 
 class LagProbe:
     """Reads committed offsets of consumer groups and the topics' high watermarks.
@@ -42,8 +44,8 @@ class LagProbe:
             return None
         total = 0
         for tp in result.topic_partitions:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(tp.topic, tp.partition), timeout=timeout_s
+            low, high = watermarks(
+                self._consumer, TopicPartition(tp.topic, tp.partition), timeout_s
             )
             position = tp.offset if tp.offset >= 0 else low
             total += max(0, high - position)
@@ -63,7 +65,7 @@ def start_group_at_end(
         ends = []
         for topic in topics:
             for p in consumer.list_topics(topic, timeout=timeout_s).topics[topic].partitions:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout_s)
+                _, high = watermarks(consumer, TopicPartition(topic, p), timeout_s)
                 ends.append(TopicPartition(topic, p, high))
         consumer.commit(offsets=ends, asynchronous=False)
         return len(ends)

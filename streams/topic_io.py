@@ -13,7 +13,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams.errors import TopicIOError
 
@@ -132,6 +139,34 @@ def read_to_end(
         consumer.close()
 
 
+# A partition of a topic created a moment ago has no leader yet for a short while: these errors
+# pass once the controller has elected one, so watermark reads retry them until their deadline.
+_LEADER_PENDING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+     KafkaError.UNKNOWN_TOPIC_OR_PART}
+)  # fmt: skip
+
+
+def watermarks(
+    consumer: Consumer, partition: TopicPartition, timeout_s: float, *, cached: bool = False
+) -> tuple[int, int]:
+    """(low, high) offsets of ``partition``, waiting up to ``timeout_s`` for a leader to be
+    elected (a new topic's partition); other errors raise at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                partition, timeout=max(0.1, deadline - time.monotonic()), cached=cached
+            )
+            return int(low), int(high)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and error.code() in _LEADER_PENDING
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _assign_from_beginning(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
     """Assign every non-empty partition of ``topic`` from its low watermark; partition → end."""
     metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -143,9 +178,7 @@ def _assign_from_beginning(consumer: Consumer, topic: str, timeout_s: float) -> 
     ends: dict[int, int] = {}
     assignment: list[TopicPartition] = []
     for partition in sorted(metadata.partitions):
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout_s, cached=False
-        )
+        low, high = watermarks(consumer, TopicPartition(topic, partition), timeout_s)
         if high > low:
             ends[partition] = high
             assignment.append(TopicPartition(topic, partition, low))
