@@ -29,7 +29,7 @@ import torch
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from learner.agent_eval import EvalResult, evaluate
 from learner.agent_gate import AgentGateConfig, decide
-from learner.agent_sft import EvalConfig
+from learner.agent_sft import SFT_TRAINING, EvalConfig
 from learner.agent_windows import TokenWindowConfig, build_agent_window
 from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import CanaryConfig, StreamsConfig, load_config
@@ -64,13 +64,9 @@ class AgentLoopConfig:
 
 # One optimizer step = 4 samples x 16 rows = 64 trials; a fixed budget per version (a pass over
 # "all new trials" grows with every slow cycle while the rollout workers keep sampling).
-AGENT_TRAINING = TrainerConfig(  # streams its windows, as agent-sft (SFT_TRAINING) does
-    batch_size=4,
-    duration="12ba",
-    checkpoint_interval="4ba",
-    lr=3e-4,
-    grad_clip_norm=1.0,
-    loader="streaming",
+# The warm-up's engine settings (batch, clipping, streamed windows) with the RL budget and rate.
+AGENT_TRAINING = dataclasses.replace(
+    SFT_TRAINING, duration="12ba", checkpoint_interval="4ba", lr=3e-4
 )
 AGENT_CANARY = CanaryConfig(
     traffic_fraction=0.25, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0

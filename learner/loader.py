@@ -40,7 +40,7 @@ import torch
 
 from learner.durations import Progress
 from learner.errors import TrainingDataError
-from learner.memory_loader import MemoryLoader
+from learner.memory_loader import MemoryLoader, require_mds
 
 LoaderKind = Literal["auto", "memory", "streaming"]
 MEMORY_LOADER_MAX_BYTES = 1 << 30  # "auto" holds windows of up to 1 GiB of shards in memory
@@ -60,11 +60,7 @@ class WindowStream:
 
     def to_stream(self) -> Any:
         """The `streaming.Stream` reading this window from local disk."""
-        if not (self.local / "index.json").is_file():
-            raise TrainingDataError(
-                f"{self.local} has no index.json: point WindowStream.local at an MDS directory "
-                "(written by streaming.MDSWriter)"
-            )
+        require_mds(self.local)
         return streaming.Stream(
             remote=None, local=str(self.local), proportion=self.proportion, repeat=self.repeat
         )
@@ -129,8 +125,6 @@ def build_loader(
     if not windows:
         raise TrainingDataError("no windows to train on: pass at least one WindowStream")
     if kind == "memory" or (kind == "auto" and window_bytes(windows) <= MEMORY_LOADER_MAX_BYTES):
-        for window in windows:
-            window.to_stream()  # the same check of the directory, the same error
         return MemoryLoader(windows, rank_batch_size, seed, rank=rank, world_size=world_size)
     try:
         dataset = streaming.StreamingDataset(

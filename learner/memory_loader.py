@@ -43,15 +43,20 @@ class _Window:
     size: int
 
 
-def read_window(local: Path) -> _Window:
-    """All samples of the MDS window at ``local``, column by column."""
-    from streaming import LocalDataset  # imported late: streaming takes seconds to import
-
+def require_mds(local: Path) -> None:
+    """TrainingDataError naming the fix unless ``local`` is an MDS directory (either loader)."""
     if not (local / "index.json").is_file():
         raise TrainingDataError(
             f"{local} has no index.json: point WindowStream.local at an MDS directory "
             "(written by streaming.MDSWriter)"
         )
+
+
+def read_window(local: Path) -> _Window:
+    """All samples of the MDS window at ``local``, column by column."""
+    from streaming import LocalDataset  # imported late: streaming takes seconds to import
+
+    require_mds(local)
     dataset = LocalDataset(str(local))
     samples = [dataset[i] for i in range(len(dataset))]
     columns: dict[str, np.ndarray | list[Any]] = {}
