@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -102,7 +102,7 @@ class TrainerConfig:
             object.__setattr__(self, "init_from", Path(self.init_from))
         if self.batch_size < 1:
             raise TrainerConfigError(f"batch_size={self.batch_size}: use at least 1 sample")
-        if self.loader not in ("auto", "memory", "streaming"):
+        if self.loader not in get_args(LoaderKind):
             raise TrainerConfigError(f"loader={self.loader!r}: use 'auto', 'memory' or 'streaming'")
         if self.microbatch_size != "auto" and self.microbatch_size < 1:
             raise TrainerConfigError(
