@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import faust
+from faust.types import TP
 from faust.types.auth import CredentialsT
 
 from processors.joiner.config import JoinerConfig
@@ -128,6 +129,25 @@ def build_app(
     sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
     groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
     first_telemetry = next(iter(config.topics))
+
+    def caught_up(source_topic: str, partition: int, applied: int | None) -> bool:
+        """Nothing of this input partition is left to apply: every offset below the consumer's
+        high watermark (the last stable offset under read_committed) has been applied, or the
+        consumer's position after a seek is already there (an empty or fully expired log)."""
+        tp = TP(source_topic, partition)
+        try:
+            high = int(app.consumer.highwater(tp))
+        except Exception:  # unknown until the first fetch response for the partition
+            return False
+        if high < 0:
+            return False
+        if (0 if applied is None else applied + 1) >= high:
+            return True
+        # faust's read offset of a partition is its seek position until a message is read,
+        # then the offset of the last message read (< high): >= high only when nothing is left.
+        read = getattr(app.consumer, "_read_offset", {}).get(tp)
+        return read is not None and int(read) >= high
+
     joiner = RewardJoiner(
         TableState(sessions, outbox, first_telemetry),
         codec,
@@ -136,6 +156,8 @@ def build_app(
         outputs,
         stats,
         idle_s=config.idle_s,
+        caught_up=caught_up,
+        sources={platform: source for source, platform in config.topics.items()},
     )
     grouper = RolloutGrouper(
         TableState(groups, outbox, config.rollouts_topic), codec, group_policy, outputs, stats
@@ -190,9 +212,18 @@ def build_app(
             await send_or_crash()
             lag(m)
 
+    # faust signals an assignment before it restores the taken-over partitions' tables, and a
+    # batch buffered before the rebalance may still run meanwhile (take_events yields its buffer
+    # on a timer): indexes built then would hold half-restored state. So they are dropped at
+    # the assignment (another worker changed these partitions) and again once recovery is done.
     @app.on_partitions_assigned.connect
     async def _assigned(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
-        joiner.forget_deadlines()  # another worker may have changed these partitions' state
+        joiner.forget_deadlines()
+        grouper.forget_open_groups()
+
+    @app.on_rebalance_complete.connect
+    async def _restored(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
+        joiner.forget_deadlines()
         grouper.forget_open_groups()
 
     return app

@@ -7,9 +7,14 @@ allowed lateness; then it writes each changed key once (`Batch`).
 
 Watermarks are kept per input topic and partition, as in Flink: an event is late only against
 its own topic's watermark (within a topic partition events arrive in event-time order), and a
-partition's attribution watermark is the minimum over its inputs, leaving out inputs idle for
-`idle_s` of wall clock. A fetch that brings one topic far ahead of another (a backlog, a slow
-topic) therefore delays attribution instead of sending the slower topic's events to dlq.late.
+partition's attribution watermark is the minimum over its inputs, leaving out idle inputs. An
+input is idle when it has nothing left to read (`caught_up`: every record up to the consumer's
+high watermark applied) *and* has not advanced for `idle_s` of wall clock. Wall clock alone is
+not enough: after a restart or a rebalance, a topic whose backlog the consumer has not reached
+yet looks exactly like a silent one, and attributing without it scores an accepted suggestion
+as ignored (the crash bench's one wrong Reward). A fetch that brings one topic far ahead of
+another (a backlog, a slow topic) therefore delays attribution instead of sending the slower
+topic's events to dlq.late or attributing before their outcomes.
 All reward math is `processors.rewards`'; this module only moves state and records.
 
 State layout (one table, so one changelog partition holds all of a partition's state in
@@ -66,6 +71,9 @@ SendDeadLetter = Callable[
     ["SourceRecord", str, DeadLetter], Awaitable[None]
 ]  # (source, dlq, record)
 State = MutableMapping[str, Any]  # the rollout grouper's table
+# (source topic, partition, last offset applied or None) → True when the consumer holds nothing
+# of that input partition beyond it (nothing fetched and unapplied, nothing left on the broker).
+CaughtUp = Callable[[str, int, "int | None"], bool]
 
 
 @dataclass(frozen=True)
@@ -131,11 +139,18 @@ class RewardJoiner:
         *,
         idle_s: float = DEFAULT_IDLE_S,
         monotonic: Callable[[], float] = time.monotonic,
+        caught_up: CaughtUp | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> None:
-        """``idle_s``: wall seconds without progress after which an input stops holding back
-        the partition's attribution watermark (``monotonic`` reads that clock)."""
+        """``idle_s``: wall seconds without progress after which a *caught-up* input stops
+        holding back the partition's attribution watermark (``monotonic`` reads that clock).
+        ``caught_up``: asks the consumer whether an input partition has records left (None:
+        always caught up, for tools and tests without a consumer). ``sources``: platform topic
+        → the source topic read for it (default: the same name)."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._idle_s, self._monotonic = idle_s, monotonic
+        self._caught_up = caught_up or (lambda _topic, _partition, _offset: True)
+        self._sources = {topic: topic for topic in JOINED_TOPICS} | dict(sources or {})
         # (topic, partition) → monotonic time its watermark last advanced (memory only); an
         # input not seen moving since this process started counts from the start.
         self._advanced: dict[tuple[str, int], float] = {}
@@ -151,14 +166,21 @@ class RewardJoiner:
         # Orphans (events of a suggestion whose offer has not come) per partition, by their
         # earliest event time; built with the deadlines.
         self._orphans: dict[int, list[tuple[int, str]]] = {}
-        # Decoded PendingSuggestions of the stored JSON values (a cache: the table is the truth).
+        # Decoded stored suggestions (a cache: the table is the truth). An entry stands in for
+        # the table's value only while that value is the document it was read from or written
+        # as: faust's recovery and standby reads write the table behind the joiner's back (a
+        # batch of another partition, run while a taken-over partition was still recovering,
+        # once cached its half-restored state, and an accepted suggestion lost its outcome).
         self._pending: dict[str, StoredSuggestion] = {}
         self._event_types = {
             topic: EVENT_TYPES[schema] for topic, schema in TOPIC_VALUE_SCHEMAS.items()
         }
 
     def forget_deadlines(self) -> None:
-        """Drop the in-memory indexes (after a rebalance the table may hold other state)."""
+        """Drop the in-memory indexes (after a rebalance the table may hold other state), and
+        restart the idle clocks: an input of a partition taken over has not been seen moving."""
+        self._advanced.clear()
+        self._started = self._monotonic()
         self._deadlines.clear()
         self._orphans.clear()
         self._pending.clear()
@@ -182,9 +204,11 @@ class RewardJoiner:
                 continue  # a replay after a crash: its effects are already in the table
             self._stats.saw_input()
             event = await self._decode(rec)
+            # Marked applied before its fold attributes anything: its input is caught up to it.
+            # (The batch writes markers after the state they cover, whatever the order here.)
+            batch.put(rec.partition, marker, rec.offset)
             if event is not None:
                 await self._fold(batch, rec, event)
-            batch.put(rec.partition, marker, rec.offset)
         batch.flush()
 
     async def _decode(self, rec: SourceRecord) -> Event | None:
@@ -233,10 +257,18 @@ class RewardJoiner:
             if value is None:
                 continue
             marks[topic] = int(value)
-            # An input that has not moved since a restart goes idle idle_s after the start.
-            if now - self._advanced.get((topic, partition), self._started) > self._idle_s:
+            # An input that has not moved since a restart goes idle idle_s after the start, and
+            # only once the consumer has nothing more of it: the wall clock cannot tell a quiet
+            # topic from one whose backlog has not been fetched yet.
+            quiet = now - self._advanced.get((topic, partition), self._started) > self._idle_s
+            if quiet and self._input_caught_up(batch, topic, partition):
                 idle.add(topic)
         return combined_watermark(marks, idle)
+
+    def _input_caught_up(self, batch: Batch, topic: str, partition: int) -> bool:
+        source = self._sources.get(topic, topic)
+        applied = batch.get(offset_key(source, partition))
+        return self._caught_up(source, partition, None if applied is None else int(applied))
 
     async def _late(self, rec: SourceRecord, event: Event, event_ms: int, wm_ms: int) -> None:
         reason = (
@@ -256,9 +288,13 @@ class RewardJoiner:
             return None
         if isinstance(raw, StoredSuggestion):
             return raw
+        return self._decoded(sid, raw)
+
+    def _decoded(self, sid: str, raw: str) -> StoredSuggestion:
+        """The table's document `raw` for `sid`, decoded once while it stays the same."""
         cached = self._pending.get(sid)
-        if cached is None:
-            cached = self._pending[sid] = self._parse(raw)
+        if cached is None or not cached.stored_as(raw):
+            cached = self._pending[sid] = StoredSuggestion.read(raw, self._parse(raw))
         return cached
 
     def _parse(self, raw: str) -> StoredSuggestion:
@@ -318,8 +354,7 @@ class RewardJoiner:
             self._deadlines[partition] = heap
             for key, raw in list(self._state.items()):
                 if not str(key).startswith(MARK):
-                    stored = self._pending.get(str(key)) or self._parse(raw)
-                    self._pending[str(key)] = stored
+                    stored = self._decoded(str(key), raw)
                     if stored.partition == partition:
                         self._index(partition, str(key), None, stored.pending)
         return heap

@@ -54,7 +54,7 @@ class StoredSuggestion:
     of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
     back in that layout, since their source records are unknown."""
 
-    __slots__ = ("events", "partition", "pending", "session")
+    __slots__ = ("_json", "events", "partition", "pending", "session")
 
     def __init__(
         self,
@@ -69,14 +69,28 @@ class StoredSuggestion:
             pending,
             events,
         )
+        self._json: str | None = None
+
+    @classmethod
+    def read(cls, raw: str, parsed: StoredSuggestion) -> StoredSuggestion:
+        """`parsed` (the document `raw` decoded), remembering `raw` as its stored form."""
+        parsed._json = raw
+        return parsed
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {"p": self.partition, "k": self.session}
-        if self.events is None:
-            doc["s"] = self.pending.to_json()
-        else:
-            doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
-        return json.dumps(doc, separators=(",", ":"))
+        if self._json is None:
+            doc: dict[str, Any] = {"p": self.partition, "k": self.session}
+            if self.events is None:
+                doc["s"] = self.pending.to_json()
+            else:
+                doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
+            self._json = json.dumps(doc, separators=(",", ":"))
+        return self._json
+
+    def stored_as(self, raw: Any) -> bool:
+        """Whether the table's value `raw` is this very document (the object written, or an
+        equal string read back by a recovery), so a decoded copy of it may stand in for it."""
+        return self._json is not None and (raw is self._json or raw == self._json)
 
 
 class Batch:

@@ -294,6 +294,94 @@ def test_an_idle_input_stops_holding_back_attribution() -> None:
     assert len(h.emitted) == 1
 
 
+def test_a_quiet_input_with_records_left_to_read_is_not_idle() -> None:
+    """The crash bench's one wrong Reward: after a restart the worker worked through a backlog of
+    offers for longer than idle_s before the consumer reached that partition's outcomes; the
+    outcomes input looked idle (no progress on the wall clock), so an accepted suggestion was
+    attributed as ignored. An input is idle only once the consumer has nothing more of it."""
+    h = Harness()
+    clock = iter(range(0, 10_000, 5))
+    backlog = {"telemetry.outcomes": 1}  # one outcome on the broker, not applied yet
+    h.joiner = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=2.0, monotonic=lambda: float(next(clock)),
+        caught_up=lambda topic, _partition, _applied: backlog.get(topic, 0) == 0,
+    )  # fmt: skip
+    offer = offered("s", event_time=at(0))
+    h.feed(offer, outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 0))  # both inputs have moved
+    h.feed(*(offered("s", event_time=at(ms)) for ms in range(1000, 9000, 500)))  # 5 s per read
+    assert h.emitted == []  # the outcomes input is quiet but has a record left: it holds back
+    backlog.clear()
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100))
+    h.feed(offered("s", event_time=at(9000)))
+    assert h.rewards()[reward_id(offer.suggestion_id, "tab@1")] == 0.75  # accepted, not ignored
+
+
+def test_the_last_record_of_a_backlog_attributes_once_every_input_is_caught_up() -> None:
+    """The record being applied counts as read: when it is the last one on the broker, its own
+    input is caught up too, so the inputs go idle and nothing waits for a record to come."""
+    h = Harness()
+    high = {"telemetry.suggestions": 2, "telemetry.outcomes": 2}  # what the broker holds
+    h.joiner = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=0.0, monotonic=itertools.count().__next__,
+        caught_up=lambda t, _p, applied: (-1 if applied is None else applied) + 1 >= high[t],
+    )  # fmt: skip
+    first, second = offered("s", event_time=at(0)), offered("s", event_time=at(100))
+    h.feed(first, outcome(first.suggestion_id, "s", Outcome.ACCEPTED, 50))
+    h.feed(outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 60_000))  # a tick on outcomes
+    assert h.emitted == []  # an offer is still on the broker: the offers input holds back
+    h.feed(second)
+    assert h.rewards() == {
+        reward_id(first.suggestion_id, "tab@1"): 0.75,
+        reward_id(second.suggestion_id, "tab@1"): -0.25,
+    }
+
+
+def test_a_taken_over_partitions_inputs_are_not_idle_at_once() -> None:
+    """After a rebalance the idle clock restarts: a worker that has run for a while must not
+    count the other inputs of a partition it just took over as idle before it read them."""
+    h = Harness()
+    now = [0.0]
+    h.joiner = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=2.0, monotonic=lambda: now[0],
+    )  # fmt: skip
+    offer = offered("s", event_time=at(0))
+    h.feed(offer, outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 0))
+    now[0] = 600.0  # the worker ran for ten minutes; then partition 0 came back in a rebalance
+    h.joiner.forget_deadlines()
+    h.feed(offered("s", event_time=at(8000)))  # the outcomes input has not been read since
+    assert h.emitted == []
+    h.feed(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100))
+    h.feed(outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 8000))
+    assert h.rewards()[reward_id(offer.suggestion_id, "tab@1")] == 0.75
+
+
+def test_state_restored_behind_the_joiner_is_read_not_its_stale_decoded_copy() -> None:
+    """The crash bench's wrong Reward: a rebalance hands partition 1 over (the joiner forgets
+    its indexes at faust's signal, before recovery runs); a batch of partition 0 buffered before
+    the rebalance is processed while partition 1's changelog is still being restored, and its
+    index rebuild decoded partition 1's half-restored suggestion. Recovery then wrote the whole
+    document (the outcome another worker had applied); attributing from the decoded copy scored
+    an accepted suggestion as ignored."""
+    h = Harness()
+    offer = offered("s1", event_time=at(0))
+    h.feed(offer, partition=1)
+    h.feed(offered("s0", event_time=at(0)), partition=0)
+    other = dict(h.state)  # another worker owns partition 1 for a while and applies its outcome
+    owner = Harness()
+    owner.codec, owner.offsets = h.codec, dict(h.offsets)  # one registry: one set of schema ids
+    owner.joiner = joiner_over(other, owner, idle_s=1e9)
+    owner.feed(outcome(offer.suggestion_id, "s1", Outcome.ACCEPTED, 100), partition=1)
+    h.offsets = owner.offsets
+    h.joiner.forget_deadlines()  # partition 1 comes back: faust's signal, then its recovery
+    h.feed(tick("s0", 100), partition=0)  # a buffered batch of partition 0, mid-recovery
+    h.state.update(other)  # recovery restores partition 1's changelog to its end
+    h.feed(tick("s1", 5000), partition=1)
+    assert h.rewards()[reward_id(offer.suggestion_id, "tab@1")] == 0.75  # accepted
+
+
 def test_an_orphan_expires_once_its_offer_would_be_late() -> None:
     h = Harness()
     offer = offered("s", event_time=at(900))  # it will come too late
