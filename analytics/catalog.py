@@ -91,7 +91,8 @@ class Catalog:
                 t.name,
                 "topic",
                 t.sql,
-                f"every row of topic {t.topic}" + ("" if t.has_files else " (no files yet)"),
+                f"one row per event of topic {t.topic}"
+                + ("" if t.has_files else " (no files yet)"),
                 t.topic,
                 t.has_files,
             )

@@ -116,14 +116,35 @@ def topic_views(lake: Path) -> list[TopicView]:
 
 
 def parquet_sql(lake: Path, topic: str) -> str:
-    """The SELECT over every visible file of `topic` in `lake` (an absolute path)."""
+    """The SELECT over every visible file of `topic` in `lake` (an absolute path), one row per
+    event: a platform topic's rows repeating its `dedupe_key` keep the first (lowest partition
+    and offset)."""
     pattern = sql_string(str(lake / topic / "**" / f"*{SUFFIX}"))
     hive_types = ", ".join(f"{sql_string(k)}: {sql_string(t)}" for k, t in HIVE_COLUMNS)
     # Every interpolated value went through sql_string (quotes doubled): no injection.
-    return (
+    select = (
         f"SELECT * FROM read_parquet({pattern}, hive_partitioning = true, "  # noqa: S608
         f"union_by_name = true, hive_types = {{{hive_types}}})"
     )
+    key = dedupe_key(topic)
+    if key is None:
+        return select
+    return (
+        f"{select} QUALIFY row_number() OVER (PARTITION BY {quote_identifier(key)} "
+        "ORDER BY _partition, _offset) = 1"
+    )
+
+
+@functools.cache  # a pure function of the schemas shipped with the code
+def dedupe_key(topic: str) -> str | None:
+    """The column whose repeats are one event in `topic`'s view: `reward_id` for Rewards (a
+    re-emitted Reward has a fresh event_id), else `event_id`, which every producer makes once
+    per event and re-sends unchanged (the SDK's spool is at-least-once). None for topics
+    outside the platform's schemas."""
+    if topic not in TOPIC_VALUE_SCHEMAS:
+        return None
+    fields = {f["name"] for f in load_schema(TOPIC_VALUE_SCHEMAS[topic])["fields"]}
+    return next((k for k in ("reward_id", "event_id") if k in fields), None)
 
 
 @functools.cache  # a pure function of the schemas shipped with the code

@@ -58,6 +58,18 @@ def _read_file(
     return (table if columns is None else table.select(columns)), total
 
 
+def _first_per_source(table: pa.Table) -> pa.Table:
+    """`table` with one row per ``source_id`` (the first in offset order): a Reward re-emitted
+    (at-least-once processing, a replayed input) has the same reward_id, i.e. the same source
+    and function, and must count once. Hash-based, and free when nothing repeats."""
+    ids = table.column("source_id")
+    if pc.count_distinct(ids).as_py() == table.num_rows:
+        return table
+    rows = pa.table({"source_id": ids, "row": pa.array(np.arange(table.num_rows))})
+    first = rows.group_by("source_id", use_threads=False).aggregate([("row", "min")])
+    return table.take(np.sort(first.column("row_min").to_numpy()))
+
+
 def _all_rows_equal(metadata: pq.FileMetaData, column: str, value: str) -> bool:
     """True when the statistics of every row group prove that ``column`` is ``value`` in every
     row (min == max == value, no nulls); False when they do not, or are missing."""
@@ -100,7 +112,7 @@ def read_table(
         total += rows
     if not parts:
         raise LearnerError("no lake files to read; pass a window or at least one file.")
-    table = pa.concat_tables(parts, promote_options="default")
+    table = _first_per_source(pa.concat_tables(parts, promote_options="default"))
     skipped = total - table.num_rows
     table = table.append_column("held_out_mask", pa.array(split.mask(table.column("source_id"))))
     if enrich is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -222,3 +224,20 @@ def test_analyst_views_are_empty_not_failing_without_their_topics(tmp_path: Path
         assert con.execute("select count(*) from rollout_pass_rates").fetchall() == [(0,)]
         assert con.execute("select count(*) from reward_by_fn").fetchall() == [(0,)]
         assert con.sql("select accepted from acceptance_by_version").fetchall() == [(0,)]
+
+
+def test_a_resent_event_is_one_row_and_a_reemitted_reward_one_reward(tmp_path: Path) -> None:
+    """The SDK's spool re-sends an event whose ack was lost (same event_id, a later offset); an
+    at-least-once joiner re-emits a Reward (same reward_id, fresh event_id). Each counts once."""
+    offer = offered("s1", event_time=DAY1)
+    outcome = _outcome(offer, Outcome.ACCEPTED, 10)
+    reward = _reward(offer, "tab@1", 0.75)
+    again = dataclasses.replace(reward, event_id=str(uuid.uuid4()), reward=-0.25)
+    write_lake(tmp_path, [offer, offer, outcome, outcome, reward, again], partitions=1)
+    with Catalog(tmp_path).connect() as con:
+        assert con.execute("select count(*) from telemetry_suggestions").fetchall() == [(1,)]
+        assert con.execute("select count(*) from telemetry_outcomes").fetchall() == [(1,)]
+        assert con.execute("select reward from rewards").fetchall() == [(0.75,)]  # the first
+        assert con.sql("select shown, accepted from acceptance_by_version").fetchall() == [
+            (1, 1)
+        ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -305,3 +306,18 @@ def test_a_file_mixing_reward_functions_is_filtered_row_by_row(tmp_path: Path) -
     for x, y in zip(got, want, strict=True):
         for key in x:
             np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+def test_a_reward_emitted_twice_is_one_row(tmp_path: Path) -> None:
+    """At-least-once processing (or a replayed input) re-emits a Reward with the same reward_id,
+    i.e. the same source and function, at a later offset: it counts once, the first copy."""
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    rows = _rows(60, 11)
+    write_reward_lake(lake, rows)
+    again = dataclasses.replace(rows, reward=np.full(60, 9.0))  # later copies must not win
+    write_reward_lake(lake, again, first_offset=60)
+    record = build_window(lake, mds, "gate", FN)
+    assert record is not None and record.rows + record.heldout_rows == 60
+    assert record.skipped_rows == 60
+    everyone = load_rows(lake, record, reward_fn=FN, holdout=None)
+    assert len(everyone) == 60 and set(everyone.reward) <= {0.75, -0.25, 0.0}
