@@ -238,6 +238,4 @@ def test_a_resent_event_is_one_row_and_a_reemitted_reward_one_reward(tmp_path: P
         assert con.execute("select count(*) from telemetry_suggestions").fetchall() == [(1,)]
         assert con.execute("select count(*) from telemetry_outcomes").fetchall() == [(1,)]
         assert con.execute("select reward from rewards").fetchall() == [(0.75,)]  # the first
-        assert con.sql("select shown, accepted from acceptance_by_version").fetchall() == [
-            (1, 1)
-        ]
+        assert con.sql("select shown, accepted from acceptance_by_version").fetchall() == [(1, 1)]
