@@ -59,7 +59,7 @@ from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
-from schemas.events import EVENT_TYPES, Event, Reward
+from schemas.events import EVENT_TYPES, Event, Reward, SuggestionOffered
 from schemas.records import encode_time
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
@@ -118,6 +118,11 @@ DEFAULT_IDLE_S = 2.0
 
 def watermark_key(topic: str, partition: int) -> str:
     return f"{MARK}wm/{topic}/{partition}"
+
+
+def attribution_key(partition: int) -> str:
+    """The partition's attribution watermark (epoch ms): the largest it has been."""
+    return f"{MARK}awm/{partition}"
 
 
 def now_utc() -> datetime:
@@ -236,6 +241,10 @@ class RewardJoiner:
         ids = suggestion_ids_of(event)
         session_id = str(getattr(event, "session_id", ""))
         self._heap(rec.partition)  # built before this batch's writes to it (it scans the table)
+        if isinstance(event, SuggestionOffered) and await self._behind_attribution(
+            batch, rec, event
+        ):
+            ids = ()  # not joined; it still moves its topic's watermark (it is on time there)
         if ids and session_id:
             self._add(batch, rec, session_id, ids, event)
         watermark.observe(event_ms)
@@ -247,8 +256,36 @@ class RewardJoiner:
             await self._attribute_due(batch, rec, attribution_ms)
         self._expire_orphans(batch, rec.partition)
 
+    async def _behind_attribution(
+        self, batch: Batch, rec: SourceRecord, offer: SuggestionOffered
+    ) -> bool:
+        """Dead-letter an offer whose deadline attribution has already passed: it was attributed
+        (a re-send: the SDK's spool is at-least-once) or would be at once without the events an
+        on-time offer waits for. Either way a Reward for it now would be a second one or a
+        wrong one; the partition's attribution watermark never moves back, so neither can
+        happen for as long as the state lives, whatever the dedupe horizon."""
+        stored = batch.get(attribution_key(rec.partition))
+        if stored is None:
+            return False
+        cutoff = int(stored) - self._windows.allowed_lateness_ms
+        due = deadline_ms(PendingSuggestion(offered=offer), self._windows)
+        if due is None or due >= cutoff:
+            return False
+        reason = (
+            f"suggestion {offer.suggestion_id} is due at {due} ms, behind the attribution "
+            f"watermark {stored} ms of partition {rec.partition} less the allowed lateness of "
+            f"{self._windows.allowed_lateness_ms} ms: it was attributed already (a re-sent "
+            "offer) or arrived too late to be"
+        )
+        letter = late_dead_letter(reason, offer.to_record(), rec.origin(), rec.platform_topic)
+        self._stats.late += 1
+        await self._out.dead_letter(rec, self._out.dlq_late, letter)
+        return True
+
     def _attribution_watermark(self, batch: Batch, partition: int) -> int | None:
-        """The minimum of the partition's input watermarks, idle inputs left out."""
+        """The minimum of the partition's input watermarks, idle inputs left out, never below
+        what it was (an idle input that resumes behind the others does not move it back: what
+        was attributed stays attributed, and `_behind_attribution` relies on it)."""
         now = self._monotonic()
         marks: dict[str, int] = {}
         idle: set[str] = set()
@@ -263,7 +300,13 @@ class RewardJoiner:
             quiet = now - self._advanced.get((topic, partition), self._started) > self._idle_s
             if quiet and self._input_caught_up(batch, topic, partition):
                 idle.add(topic)
-        return combined_watermark(marks, idle)
+        combined = combined_watermark(marks, idle)
+        key = attribution_key(partition)
+        stored = batch.get(key)
+        if combined is not None and (stored is None or combined > int(stored)):
+            batch.put(partition, key, combined)
+            return combined
+        return None if stored is None else int(stored)
 
     def _input_caught_up(self, batch: Batch, topic: str, partition: int) -> bool:
         source = self._sources.get(topic, topic)

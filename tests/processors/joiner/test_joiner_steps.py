@@ -382,8 +382,26 @@ def test_state_restored_behind_the_joiner_is_read_not_its_stale_decoded_copy() -
     assert h.rewards()[reward_id(offer.suggestion_id, "tab@1")] == 0.75  # accepted
 
 
+def test_events_resent_after_attribution_add_no_second_reward() -> None:
+    """The SDK's spool re-sends events whose acks were lost (same event_ids). Before attribution
+    the pending state folds each event_id once; after it, a re-sent offer is behind the
+    partition's attribution watermark (which never moves back) and goes to dlq.late, and a
+    re-sent outcome finds no offer: no second Reward for the suggestion, and no wrong one."""
+    h = Harness()
+    offer = offered("s", event_time=at(0))
+    accepted = outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100)
+    h.feed(offer, accepted, accepted, offer)  # re-sent while pending: folded once
+    h.feed(tick("s", 5000))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+    h.feed(offer, accepted, tick("s", 9000))  # re-sent after attribution
+    assert len(h.emitted) == 1
+    assert [topic for topic, _ in h.letters] == ["dlq.late"]
+    assert b"attributed already" in dict(h.letters[0][1].headers)["flywheel.error"]
+
+
 def test_an_orphan_expires_once_its_offer_would_be_late() -> None:
     h = Harness()
+    h.joiner = joiner_over(h.state, h, idle_s=1e9)  # every input holds attribution back
     offer = offered("s", event_time=at(900))  # it will come too late
     orphan = offer.suggestion_id
     h.feed(outcome(orphan, "s", Outcome.ACCEPTED, 1000), tick("s", 60_000))
