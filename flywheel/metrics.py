@@ -201,7 +201,11 @@ class JoinerCollector:
         yield produced(self._service, {"rewards": s.rewards, "rollout_groups": s.groups})
         yield lag(self._service, s.lag_by_partition)
         # JoinerStats counts undecodable/invalid records together: cause `rejected`.
-        yield dead_letters(self._service, "joiner", {"late": s.late, "rejected": s.dead_letters})
+        yield dead_letters(
+            self._service,
+            "joiner",
+            {"late": s.late, "rejected": s.dead_letters, "orphan": s.expired},
+        )
 
 
 class SinkCollector:

@@ -1,7 +1,8 @@
 """Dead letters of the joiner, in the lake sink's format (`processors.lake.dead_letters`).
 
 Undecodable records go to `dlq.joiner` with the decoder's cause; events later than the allowed
-lateness go to `dlq.late` with cause `late` and the reason as `flywheel.error`. Both carry
+lateness go to `dlq.late` with cause `late` and the reason as `flywheel.error`, and the events of
+an expired orphan (no offer came) with cause `orphan`. Both carry
 `flywheel.stage=joiner` and the original topic/partition/offset, key and (unless the privacy rule
 withholds it) bytes.
 """
@@ -16,6 +17,7 @@ from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema
 
 STAGE = "joiner"
 LATE = "late"
+ORPHAN = "orphan"  # an outcome, edit or test run whose offer never came (expired state)
 
 
 def carries_code_text(platform_topic: str) -> bool:

@@ -39,10 +39,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.joiner.dead_letters import late_dead_letter, rejected_dead_letter
+from processors.joiner.dead_letters import (
+    ORPHAN,
+    STAGE,
+    late_dead_letter,
+    rejected_dead_letter,
+)
 from processors.joiner.state import MARK, Batch, ChangelogState, DictState, StoredSuggestion
 from processors.joiner.stats import JoinerStats
-from processors.lake.dead_letters import DeadLetter, Origin
+from processors.lake.dead_letters import DeadLetter, Origin, dead_letter
+from processors.lake.errors import RecordRejected
 from processors.rewards.attribution import (
     PendingSuggestion,
     Watermark,
@@ -180,6 +186,7 @@ class RewardJoiner:
         self._event_types = {
             topic: EVENT_TYPES[schema] for topic, schema in TOPIC_VALUE_SCHEMAS.items()
         }
+        self._topic_of = {schema: topic for topic, schema in TOPIC_VALUE_SCHEMAS.items()}
 
     def forget_deadlines(self) -> None:
         """Drop the in-memory indexes (after a rebalance the table may hold other state), and
@@ -254,7 +261,7 @@ class RewardJoiner:
         attribution_ms = self._attribution_watermark(batch, rec.partition)
         if attribution_ms is not None:
             await self._attribute_due(batch, rec, attribution_ms)
-        self._expire_orphans(batch, rec.partition)
+        await self._expire_orphans(batch, rec)
 
     async def _behind_attribution(
         self, batch: Batch, rec: SourceRecord, offer: SuggestionOffered
@@ -421,11 +428,14 @@ class RewardJoiner:
             batch.delete(partition, sid)
             self._pending.pop(sid, None)
 
-    def _expire_orphans(self, batch: Batch, partition: int) -> None:
+    async def _expire_orphans(self, batch: Batch, rec: SourceRecord) -> None:
         """Drop the orphans (a suggestion's outcome, edits or test runs, but no offer) whose
         offer could no longer join them: an offer precedes its other events, so once the
         earliest of them is late against the partition's *offers* watermark, so is the offer.
-        No Reward; counted in `stats.expired`. Orphans wait while offers do not move."""
+        No Reward; each of its events goes to dlq.late (cause `orphan`, the reason in
+        `flywheel.error`), counted in `stats.expired`. Orphans wait while offers do not move.
+        `rec`: the record that moved the watermark (the dead letters go in its transaction)."""
+        partition = rec.partition
         value = batch.get(watermark_key("telemetry.suggestions", partition))
         heap = self._orphans.get(partition)
         while heap and value is not None and is_late(heap[0][0], int(value), self._windows):
@@ -436,8 +446,41 @@ class RewardJoiner:
             if _first_event_ms(stored.pending) != first:
                 continue  # an earlier event moved it: its own entry decides
             self._stats.expired += 1
+            await self._orphan_letters(rec, sid, stored, int(value))
             batch.delete(partition, sid)
             self._pending.pop(sid, None)
+
+    async def _orphan_letters(
+        self, rec: SourceRecord, sid: str, stored: StoredSuggestion, offers_ms: int
+    ) -> None:
+        """One dlq.late record per event held for an expired orphan, in its original bytes
+        (re-encoded for state of the previous layout, which kept the decoded events only)."""
+        reason = (
+            f"no offer for suggestion {sid} arrived: its earliest event is more than the allowed "
+            f"lateness of {self._windows.allowed_lateness_ms} ms behind the offers watermark "
+            f"{offers_ms} ms of partition {rec.partition}"
+        )
+        key = stored.session.encode()
+        held = stored.events
+        if held is None:
+            pending = stored.pending
+            events: list[Event] = [e for e in (pending.outcome, *pending.edits) if e]
+            events += pending.tests
+            held = tuple(
+                (topic, self._codec.encode(topic, e.to_record()))
+                for e in events
+                for topic in (self._topic_of[e.SCHEMA_NAME],)
+            )
+        for topic, value in held:
+            # Held in the joiner's state, so its offset is not known (-1).
+            origin = Origin(self._sources.get(topic, topic), rec.partition, -1, key, value)
+            letter = dead_letter(
+                RecordRejected(ORPHAN, reason),
+                origin,
+                stage=STAGE,
+                carries_code_text=False,  # an orphan holds no offer, the one code-text event
+            )
+            await self._out.dead_letter(rec, self._out.dlq_late, letter)
 
     async def _emit(self, rec: SourceRecord, session_id: str, pending: PendingSuggestion) -> None:
         attributed = rewards(

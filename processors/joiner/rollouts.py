@@ -6,13 +6,18 @@ partition's largest rollout event time (the clock `group_complete` times out aga
 later of a group's oldest trial and its "t0": producers with other clocks share a partition, and
 one that ran ahead must not time out every group that opens after it);
 `\\x00off/<topic>/<partition>` → the last offset applied.
-A finished group keeps a small `done` entry so a straggler goes to `dlq.late` instead of
-opening a second group. Completion is checked when a rollout of the same partition arrives: a
-timed-out group is emitted on the next rollout event of its partition (event time, no wall clock).
+A finished group keeps a small `done` entry (`"at"`: the partition clock when it was emitted) so
+a straggler goes to `dlq.late` instead of opening a second group; the entry is dropped once the
+partition clock is `done_horizon_ms` past it, so the state stays bounded. A straggler after that
+opens a group of its own, emitted at its timeout: its rollout is rewarded once (reward ids are
+per rollout), only without peers (no clock-based lateness: producers' clocks differ).
+Completion is checked when a rollout of the same partition arrives: a timed-out group is emitted
+on the next rollout event of its partition (event time, no wall clock).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -48,8 +53,12 @@ class RolloutGrouper:
         outputs: Outputs,
         stats: JoinerStats,
         clock: Callable[[], datetime] = now_utc,
+        done_horizon_ms: int | None = None,
     ) -> None:
+        """``done_horizon_ms``: how long (partition clock, event time) an emitted group's entry
+        is kept to catch stragglers; default ten group timeouts."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
+        self._horizon_ms = done_horizon_ms or 10 * policy.timeout_ms
         self._codec = codec
         self._policy = policy
         self._out = outputs
@@ -58,22 +67,39 @@ class RolloutGrouper:
         # Open (not yet emitted) group ids per partition, in memory only (missing: one table
         # scan); without it every rollout event would parse every group in the table.
         self._open: dict[int, set[str]] = {}
+        # Emitted groups' entries per partition by emission time (built with `_open`).
+        self._done: dict[int, list[tuple[int, str]]] = {}
 
     def forget_open_groups(self) -> None:
-        """Drop the in-memory index (after a rebalance the table may hold other state)."""
+        """Drop the in-memory indexes (after a rebalance the table may hold other state)."""
         self._open.clear()
+        self._done.clear()
 
     def _open_groups(self, partition: int) -> set[str]:
         groups = self._open.get(partition)
         if groups is None:
-            groups = set()
+            groups, done = set(), []
             for group_id, raw in list(self._state.items()):
                 if not str(group_id).startswith(MARK):
                     doc = json.loads(raw)
-                    if doc["p"] == partition and not doc["done"]:
+                    if doc["p"] != partition:
+                        continue
+                    if doc["done"]:
+                        done.append((int(doc.get("at", 0)), str(group_id)))
+                    else:
                         groups.add(str(group_id))
-            self._open[partition] = groups
+            heapq.heapify(done)
+            self._open[partition], self._done[partition] = groups, done
         return groups
+
+    def _drop_done(self, partition: int, now_ms: int) -> None:
+        """Forget emitted groups whose entry outlived the horizon."""
+        self._open_groups(partition)  # builds the index when missing
+        done = self._done[partition]
+        while done and done[0][0] + self._horizon_ms <= now_ms:
+            _, group_id = heapq.heappop(done)
+            self._state.delete(partition, group_id)
+            self._stats.expired_groups += 1
 
     async def on_event(self, rec: SourceRecord) -> None:
         """Apply one rollouts.results record; bad input becomes a dead letter."""
@@ -116,6 +142,7 @@ class RolloutGrouper:
         now_ms = max(encode_time(result.event_time), seen_ms)
         self._state.put(rec.partition, clock_key(rec.partition), now_ms)
         await self._emit_complete(rec, now_ms)
+        self._drop_done(rec.partition, now_ms)
 
     async def _emit_complete(self, rec: SourceRecord, now_ms: int) -> None:
         partition = rec.partition
@@ -130,7 +157,7 @@ class RolloutGrouper:
                 await self._out.emit(rec, str(group_id).encode(), value)
                 self._stats.rewards += 1
             self._stats.groups += 1
-            self._state.put(
-                partition, str(group_id), json.dumps({"p": partition, "done": True, "r": []})
-            )
+            done = {"p": partition, "done": True, "at": now_ms, "r": []}
+            self._state.put(partition, str(group_id), json.dumps(done))
             open_groups.discard(group_id)
+            heapq.heappush(self._done[partition], (now_ms, str(group_id)))

@@ -19,6 +19,7 @@ class JoinerStats:
     late: int = 0
     dead_letters: int = 0
     expired: int = 0  # orphans (no offer) dropped from the state at their expiry
+    expired_groups: int = 0  # emitted rollout groups' entries dropped after the horizon
     groups: int = 0
     lag_by_partition: dict[str, int] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)

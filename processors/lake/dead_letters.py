@@ -42,6 +42,7 @@ _FIXED_MESSAGES = {
     "oversized": "the value is over the sink's size limit",
     "invalid_value": "a field breaks a value rule of the schema",
     "late": "the event is later than the allowed lateness",
+    "orphan": "no offer for the event's suggestion arrived within the allowed lateness",
 }
 
 

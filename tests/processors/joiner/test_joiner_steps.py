@@ -404,15 +404,20 @@ def test_an_orphan_expires_once_its_offer_would_be_late() -> None:
     h.joiner = joiner_over(h.state, h, idle_s=1e9)  # every input holds attribution back
     offer = offered("s", event_time=at(900))  # it will come too late
     orphan = offer.suggestion_id
-    h.feed(outcome(orphan, "s", Outcome.ACCEPTED, 1000), tick("s", 60_000))
+    orphaned = outcome(orphan, "s", Outcome.ACCEPTED, 1000)
+    h.feed(orphaned, tick("s", 60_000))
     assert orphan in h.state  # no offers seen on the partition: it waits, whatever the time
     h.feed(offered("s", event_time=at(2000)))  # 1000 is not behind 2000 - 1000 lateness
     assert orphan in h.state and h.stats.expired == 0
     h.feed(offered("s", event_time=at(2001)))
     assert orphan not in h.state and h.stats.expired == 1
-    assert h.letters == []
+    [(topic, letter)] = h.letters  # the orphan's outcome, dead-lettered with the reason
+    headers = dict(letter.headers)
+    assert topic == "dlq.late" and headers["flywheel.cause"] == b"orphan"
+    assert f"no offer for suggestion {orphan}".encode() in headers["flywheel.error"]
+    assert str(h.codec.decode("telemetry.outcomes", letter.value)["event_id"]) == orphaned.event_id
     h.feed(offer)  # its offer precedes its outcome, so it is late now
-    assert [topic for topic, _ in h.letters] == ["dlq.late"]
+    assert [topic for topic, _ in h.letters] == ["dlq.late", "dlq.late"]
     assert reward_id(orphan, "tab@1") not in h.rewards()
 
 
@@ -432,3 +437,19 @@ def test_orphans_are_found_again_after_a_restart() -> None:
     h.joiner = joiner_over(h.state, h)  # a new worker: indexes rebuilt from the table
     h.feed(offered("s", event_time=at(2001)))
     assert offer.suggestion_id not in h.state and h.stats.expired == 1
+
+
+def test_an_emitted_groups_entry_is_freed_after_the_horizon() -> None:
+    h = Harness()
+    h.grouper = RolloutGrouper(
+        {}, h.codec, GroupPolicy(expected_size=2, timeout_ms=1000), h.outputs, h.stats,
+        done_horizon_ms=5000,
+    )  # fmt: skip
+    h.feed(rollout("a", 0.0), rollout("b", 1.0))  # group g complete, emitted at T0
+    state = h.grouper._state  # the table
+    assert json.loads(state.get("g"))["done"] is True
+    later = dataclasses.replace(rollout("x", 1.0, group="h"), event_time=T0 + timedelta(seconds=4))
+    h.feed(later)
+    assert state.get("g") is not None  # within the horizon: a straggler is still caught
+    h.feed(dataclasses.replace(later, rollout_id="y", event_time=T0 + timedelta(seconds=5)))
+    assert state.get("g") is None and h.stats.expired_groups == 1
