@@ -39,9 +39,10 @@ test: lint ## lint, then unit + integration tests (starts the local stack if it 
 stack-up: install ## start the local broker and registry
 	$(BIN)/flywheel stack up
 
-stack-down: install ## stop them (data is kept)
+stack-down: install ## stop them, and the tests' own stack if one is left running (data is kept)
 	$(BIN)/flywheel stack down
+	env $$(grep -v '^#' tests/test-stack.env | xargs) $(BIN)/flywheel stack down
 
-clean: ## stop the stack and delete .flywheel/ (all local data)
-	-test -x $(BIN)/flywheel && $(BIN)/flywheel stack down
+clean: ## stop the stacks and delete .flywheel/ (all local data, the tests' stack's too)
+	-test -x $(BIN)/flywheel && $(MAKE) stack-down
 	rm -rf .flywheel

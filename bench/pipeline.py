@@ -302,6 +302,26 @@ def joiner_rate(
     return done / max(worker.last_at - first_at, 1e-9), done / max(cpu, 1e-9)
 
 
+def group_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Path) -> float:
+    """Events/s (wall) of two joiner workers in one group draining the `n` records already in
+    `topics`: from the first status line with events of either to the last event of both.
+    Both start together, so the group forms once (faust waits for the joins)."""
+    args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
+    workers = [Proc("process", args, log.with_suffix(f".{i}.log")) for i in range(2)]
+    try:
+        while sum(w.events for w in workers) < n:
+            if any(w.proc.poll() is not None for w in workers):
+                raise RuntimeError(f"a joiner worker exited early; see {log.parent}")
+            time.sleep(0.05)
+        firsts = [w.first_at for w in workers if w.first_at is not None]
+        counted = sum(w.events - (w.first_events if w.first_at == min(firsts) else 0)
+                      for w in workers)  # fmt: skip
+        return counted / max(max(w.last_at for w in workers) - min(firsts), 1e-9)
+    finally:
+        for w in workers:
+            w.stop()
+
+
 def floor_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Path) -> float:
     """Events per CPU-second of `bench/faust_floor.py` (a no-op faust agent) draining the same
     `n` records (its first status line with events excluded, as for the joiner)."""
@@ -465,6 +485,10 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=1, help="--crash: joiner workers in one group"
     )
+    parser.add_argument(
+        "--scale-out", action=argparse.BooleanOptionalAction, default=True,
+        help="(a) also: two workers in one group drain the same records (wall-clock ratio)",
+    )  # fmt: skip
     args = parser.parse_args()
     console = Console()
     settings = Settings.from_env()
@@ -507,6 +531,13 @@ def main() -> None:
     figures.add_row("(a) joiner events/s (1 worker)", f"{rate:,.0f}")
     figures.add_row("(a) joiner / baseline", f"{rate / base:.3f}x")
     figures.add_row("(a) joiner events per CPU-second", f"{per_cpu:,.0f}")
+    if args.scale_out:
+        print("two joiner workers in one group drain the same records", flush=True)
+        two = group_rate(
+            settings, topics, len(data), f"{topics.prefix}.joiner2", log_dir / "joiner2.log"
+        )
+        figures.add_row("(a) two workers events/s (wall)", f"{two:,.0f}")
+        figures.add_row("(a) two workers / one worker (wall)", f"{two / rate:.2f}x")
     print("the faust floor: a no-op agent on the same records (bench/faust_floor.py)", flush=True)
     floor = floor_rate(settings, topics, len(data), f"{topics.prefix}.floor", log_dir / "floor.log")
     figures.add_row("(a) faust no-op agent events per CPU-second", f"{floor:,.0f}")

@@ -56,6 +56,7 @@ _SPOOLED_ERRORS = {  # the broker may take these later; anything else is a perma
     KafkaError._TIMED_OUT,
 }
 _QUEUE_FULL_WAIT_S = 1.0
+_PURGE_REPORTS_S = 5.0  # close(): the longest wait for the delivery reports of purged events
 _POLL_EVERY = 64
 
 
@@ -229,7 +230,18 @@ class TelemetryClient:
         self.flush(self._close_timeout_s)
         self._closed = True
         self._producer.purge(in_queue=True, in_flight=True, blocking=True)
-        self._producer.flush(0)  # serves the purge's delivery reports
+        # Serve the purge's delivery reports. Those of requests in flight to a broker that
+        # hangs (it took the bytes, it sends no answer) come only once their requests are
+        # given up, a moment after the purge: until every sent event is accounted for.
+        deadline = time.monotonic() + _PURGE_REPORTS_S
+        while True:
+            self._producer.flush(0.1)
+            with self._lock:
+                accounted = self.stats.acked + self.stats.failed + len(self._to_spool)
+            if accounted + self.stats.spooled >= self.stats.sent:
+                break
+            if time.monotonic() > deadline:
+                break
         with self._lock:
             leftover, self._to_spool = self._to_spool, []
         if self._spool.write(leftover) is not None:

@@ -1,15 +1,22 @@
-"""Shared fixtures. Integration tests use the real local stack, started once per session.
+"""Shared fixtures. Integration tests use a real local stack of their own, started once per
+session.
 
-A stack that is already running (from `flywheel stack up`) is reused and left running; a stack
-this session started is stopped at the end. Each test gets its own topics and consumer groups.
+The test stack (`tests/test-stack.env`: its own state directory and ports) is not the one
+`make demo` runs on, so tests that exercise the platform's own topic names (the gateway, the
+fleet, the demo end to end) never leave events on the demo's topics. With an external cluster
+configured (FLYWHEEL_BOOTSTRAP_SERVERS), tests use that. A test stack already running is reused
+and left running; one this session started is stopped at the end. Each test gets its own topics
+and consumer groups where it can.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
@@ -17,6 +24,23 @@ from confluent_kafka import Consumer
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
 from streams.stack.local import LocalStack
+
+TEST_STACK_ENV = Path(__file__).with_name("test-stack.env")
+
+
+def _use_the_test_stack() -> None:
+    """Point this process and every subprocess a test starts at the test stack (set here, at
+    collection, before anything reads the settings)."""
+    if os.environ.get("FLYWHEEL_BOOTSTRAP_SERVERS"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    for line in TEST_STACK_ENV.read_text().splitlines():
+        name, sep, value = (part.strip() for part in line.partition("="))
+        if sep and not line.startswith("#"):
+            os.environ[name] = str(root / value) if name == "FLYWHEEL_HOME" else value
+
+
+_use_the_test_stack()
 
 
 @pytest.fixture(scope="session")

@@ -83,8 +83,8 @@ def _telemetry_topics(
     default=JOINER.idle_s,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="A telemetry topic that has not advanced for this long (wall clock) stops holding "
-    "back attribution, which waits for the slowest topic otherwise.",
+    help="A telemetry topic with nothing left to read that has not advanced for this long "
+    "(wall clock) stops holding back attribution, which waits for the slowest topic otherwise.",
 )
 @click.option(
     "--group-size",

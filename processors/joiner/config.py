@@ -38,6 +38,6 @@ class JoinerConfig:
     batch_size: int = 2000  # records per joiner batch: state is written once per key per batch
     batch_within_s: float = 0.05  # a partial batch is processed after this long
     producer_linger_s: float = 0.005  # batches changelog and reward records into fewer requests
-    idle_s: float = 2.0  # an input without progress this long stops holding back attribution
+    idle_s: float = 2.0  # a caught-up input quiet this long stops holding back attribution
     datadir: str = "{conf.name}-data"  # faust's local folder (`{conf.name}`: the app id); its
     # parent must exist

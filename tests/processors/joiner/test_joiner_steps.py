@@ -453,3 +453,17 @@ def test_an_emitted_groups_entry_is_freed_after_the_horizon() -> None:
     assert state.get("g") is not None  # within the horizon: a straggler is still caught
     h.feed(dataclasses.replace(later, rollout_id="y", event_time=T0 + timedelta(seconds=5)))
     assert state.get("g") is None and h.stats.expired_groups == 1
+
+
+def test_a_batch_is_attributed_after_all_its_records() -> None:
+    """Attribution runs once per partition at the end of a batch: an outcome later in the same
+    batch than the record that moved the watermark past its deadline still counts."""
+    h = Harness()
+    offer = offered("s", event_time=at(0))
+    records = [
+        h.record(offer),
+        h.record(tick("s", 60_000)),  # the edits' watermark passes the deadline here
+        h.record(outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 100)),
+    ]
+    asyncio.run(h.joiner.on_batch(records))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
