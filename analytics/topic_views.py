@@ -129,8 +129,10 @@ def parquet_sql(lake: Path, topic: str) -> str:
     key = dedupe_key(topic)
     if key is None:
         return select
+    # A re-sent event keeps its event time, hence its dt/hour: partitioning by them too lets
+    # DuckDB push filters on dt/hour below the window, so they still prune files.
     return (
-        f"{select} QUALIFY row_number() OVER (PARTITION BY {quote_identifier(key)} "
+        f"{select} QUALIFY row_number() OVER (PARTITION BY dt, hour, {quote_identifier(key)} "
         "ORDER BY _partition, _offset) = 1"
     )
 

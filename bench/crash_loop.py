@@ -63,6 +63,8 @@ def main() -> None:
             f"run {run}/{args.runs} ({workers} worker(s), {kills} kills): "
             f"{'ok' if ok else 'FAIL'} in {minutes:.1f} min; {run - failed} of {run} passed"
         )
+        if not ok:
+            console.print(out[-2000:], markup=False, highlight=False)
     console.print(table)
     console.print(f"{args.runs - failed} of {args.runs} crash runs passed")
     sys.exit(1 if failed else 0)

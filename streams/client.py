@@ -234,19 +234,18 @@ class TelemetryClient:
         # hangs (it took the bytes, it sends no answer) come only once their requests are
         # given up, a moment after the purge: until every sent event is accounted for.
         deadline = time.monotonic() + _PURGE_REPORTS_S
-        while True:
+        accounted = False
+        while not accounted and time.monotonic() <= deadline:
             self._producer.flush(0.1)
             with self._lock:
-                accounted = self.stats.acked + self.stats.failed + len(self._to_spool)
-            if accounted + self.stats.spooled >= self.stats.sent:
-                break
-            if time.monotonic() > deadline:
-                break
+                reported = self.stats.acked + self.stats.failed + len(self._to_spool)
+            accounted = reported + self.stats.spooled >= self.stats.sent
         with self._lock:
             leftover, self._to_spool = self._to_spool, []
         if self._spool.write(leftover) is not None:
             self.stats.spooled += len(leftover)
-        self._forget_old_segments()  # their unacked events are in the new segment now
+        if accounted:  # else an event re-sent from them may have no report: keep them (dupes
+            self._forget_old_segments()  # are deduplicated downstream, losses are not)
         self._spool.close()
         return self.stats
 

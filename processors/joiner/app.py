@@ -198,6 +198,8 @@ def build_app(
                 ]
             )
             await send_or_crash()  # before faust acks the batch (after this body returns)
+            for (topic, partition), offset in joiner.take_seeks().items():
+                await app.consumer.seek(TP(topic, partition), offset)  # skipped records
             last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
             for m in last.values():
                 lag(m)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import heapq
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
-from schemas.events import EVENT_TYPES, Event, Reward, SuggestionOffered
+from schemas.events import EVENT_TYPES, Event, Reward
 from schemas.records import encode_time
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
@@ -120,15 +121,14 @@ JOINED_TOPICS = (
     "telemetry.tests",
 )
 DEFAULT_IDLE_S = 2.0
+# How long offsets skipped by the consumer may stay missing after a seek back before they are
+# taken to hold no records (see `RewardJoiner._hole_accepted`).
+DEFAULT_HOLE_ACCEPT_S = 30.0
+log = logging.getLogger(__name__)
 
 
 def watermark_key(topic: str, partition: int) -> str:
     return f"{MARK}wm/{topic}/{partition}"
-
-
-def attribution_key(partition: int) -> str:
-    """The partition's attribution watermark (epoch ms): the largest it has been."""
-    return f"{MARK}awm/{partition}"
 
 
 def now_utc() -> datetime:
@@ -152,12 +152,14 @@ class RewardJoiner:
         monotonic: Callable[[], float] = time.monotonic,
         caught_up: CaughtUp | None = None,
         sources: Mapping[str, str] | None = None,
+        hole_accept_s: float = DEFAULT_HOLE_ACCEPT_S,
     ) -> None:
         """``idle_s``: wall seconds without progress after which a *caught-up* input stops
         holding back the partition's attribution watermark (``monotonic`` reads that clock).
         ``caught_up``: asks the consumer whether an input partition has records left (None:
         always caught up, for tools and tests without a consumer). ``sources``: platform topic
-        → the source topic read for it (default: the same name)."""
+        → the source topic read for it (default: the same name). ``hole_accept_s``: see
+        `_hole_accepted`."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._idle_s, self._monotonic = idle_s, monotonic
         self._caught_up = caught_up or (lambda _topic, _partition, _offset: True)
@@ -173,11 +175,17 @@ class RewardJoiner:
         self._out = outputs
         self._stats = stats
         self._clock = clock
+        self._hole_accept_s = hole_accept_s
+        # (source topic, partition) → (first offset missing, first seen, last seek asked for)
+        self._holes: dict[tuple[str, int], tuple[int, float, float]] = {}
+        self._seeks: dict[tuple[str, int], int] = {}
         # Deadlines per partition, in memory only (missing: rebuild from the table).
         self._deadlines: dict[int, list[tuple[int, str]]] = {}
         # Orphans (events of a suggestion whose offer has not come) per partition, by their
         # earliest event time; built with the deadlines.
         self._orphans: dict[int, list[tuple[int, str]]] = {}
+        # Done markers per partition by their offer's event time; built with the deadlines.
+        self._done: dict[int, list[tuple[int, str]]] = {}
         # Decoded stored suggestions (a cache: the table is the truth). An entry stands in for
         # the table's value only while that value is the document it was read from or written
         # as: faust's recovery and standby reads write the table behind the joiner's back (a
@@ -196,6 +204,7 @@ class RewardJoiner:
         self._started = self._monotonic()
         self._deadlines.clear()
         self._orphans.clear()
+        self._done.clear()
         self._pending.clear()
 
     async def on_event(self, rec: SourceRecord) -> None:
@@ -216,6 +225,10 @@ class RewardJoiner:
             applied = batch.get(marker)
             if applied is not None and rec.offset <= int(applied):
                 continue  # a replay after a crash: its effects are already in the table
+            skipped = applied is not None and rec.offset > int(applied) + 1
+            if skipped and not self._hole_accepted(rec, int(applied) + 1):
+                continue  # offsets were skipped: re-read from the first one missing
+            self._holes.pop((rec.topic, rec.partition), None)
             self._stats.saw_input()
             event = await self._decode(rec)
             # (The batch writes markers after the state they cover, whatever the order here.)
@@ -231,7 +244,47 @@ class RewardJoiner:
             if attribution_ms is not None:
                 await self._attribute_due(batch, rec, attribution_ms)
             await self._expire_orphans(batch, rec)
+            self._drop_done(batch, partition)
         batch.flush()
+
+    def take_seeks(self) -> dict[tuple[str, int], int]:
+        """The source partitions (topic, partition) to re-read and the offset to re-read from
+        (the first offset not applied): the adapter seeks the consumer there after the batch."""
+        seeks, self._seeks = self._seeks, {}
+        return seeks
+
+    def _hole_accepted(self, rec: SourceRecord, expected: int) -> bool:
+        """A record beyond the next offset to apply: the consumer skipped records. faust's
+        consumer once did (a rebalance in the crash bench: record n never reached the agent,
+        n+1 on did, and faust committed past n: a suggestion lost without a trace), so the
+        joiner's offset markers, not the consumer's position, say what is applied: it asks for
+        a seek back to `expected` and skips the partition's later records until it arrives.
+        Offsets that hold no record at all (transaction markers of a transactionally written
+        input, a log whose start passed them) never arrive: `hole_accept_s` after the first
+        seek the hole is accepted, counted and logged, and the joiner goes on from `rec`."""
+        key = (rec.topic, rec.partition)
+        now = self._monotonic()
+        hole = self._holes.get(key)
+        if hole is None or hole[0] != expected:
+            self._holes[key] = (expected, now, now)
+            self._seeks[key] = expected
+            self._stats.refetches += 1
+            return False
+        _, since, sought = hole
+        if now - since >= self._hole_accept_s:
+            del self._holes[key]
+            self._stats.holes += 1
+            log.warning(
+                "offsets %d..%d of %s partition %d never arrived after a seek back %.0f s ago: "
+                "they hold no records (transaction markers, or a log start that passed them); "
+                "going on from %d",
+                expected, rec.offset - 1, rec.topic, rec.partition, now - since, rec.offset,
+            )  # fmt: skip
+            return True
+        if now - sought >= 1.0:  # a seek, then at most one a second while the hole stays
+            self._holes[key] = (expected, since, now)
+            self._seeks[key] = expected
+        return False
 
     async def _decode(self, rec: SourceRecord) -> Event | None:
         try:
@@ -258,10 +311,6 @@ class RewardJoiner:
         ids = suggestion_ids_of(event)
         session_id = str(getattr(event, "session_id", ""))
         self._heap(rec.partition)  # built before this batch's writes to it (it scans the table)
-        if isinstance(event, SuggestionOffered) and await self._behind_attribution(
-            batch, rec, event, event_ms
-        ):
-            ids = ()  # not joined; it still moves its topic's watermark (it is on time there)
         if ids and session_id:
             self._add(batch, rec, session_id, ids, event)
         watermark.observe(event_ms)
@@ -269,36 +318,8 @@ class RewardJoiner:
             batch.put(rec.partition, key, watermark.value_ms)
             self._advanced[(rec.platform_topic, rec.partition)] = self._monotonic()
 
-    async def _behind_attribution(
-        self, batch: Batch, rec: SourceRecord, offer: SuggestionOffered, offer_ms: int
-    ) -> bool:
-        """Dead-letter an offer whose deadline attribution has already passed: it was attributed
-        (a re-send: the SDK's spool is at-least-once) or would be at once without the events an
-        on-time offer waits for. Either way a Reward for it now would be a second one or a
-        wrong one; the partition's attribution watermark never moves back, so neither can
-        happen for as long as the state lives, whatever the dedupe horizon."""
-        stored = batch.get(attribution_key(rec.partition))
-        if stored is None:
-            return False
-        cutoff = int(stored) - self._windows.allowed_lateness_ms
-        due = offer_ms + self._longest_ms  # attribution.deadline_ms of the offer alone
-        if due >= cutoff:
-            return False
-        reason = (
-            f"suggestion {offer.suggestion_id} is due at {due} ms, behind the attribution "
-            f"watermark {stored} ms of partition {rec.partition} less the allowed lateness of "
-            f"{self._windows.allowed_lateness_ms} ms: it was attributed already (a re-sent "
-            "offer) or arrived too late to be"
-        )
-        letter = late_dead_letter(reason, offer.to_record(), rec.origin(), rec.platform_topic)
-        self._stats.late += 1
-        await self._out.dead_letter(rec, self._out.dlq_late, letter)
-        return True
-
     def _attribution_watermark(self, batch: Batch, partition: int) -> int | None:
-        """The minimum of the partition's input watermarks, idle inputs left out, never below
-        what it was (an idle input that resumes behind the others does not move it back: what
-        was attributed stays attributed, and `_behind_attribution` relies on it)."""
+        """The minimum of the partition's input watermarks, idle inputs left out."""
         now = self._monotonic()
         marks: dict[str, int] = {}
         idle: set[str] = set()
@@ -313,13 +334,7 @@ class RewardJoiner:
             quiet = now - self._advanced.get((topic, partition), self._started) > self._idle_s
             if quiet and self._input_caught_up(batch, topic, partition):
                 idle.add(topic)
-        combined = combined_watermark(marks, idle)
-        key = attribution_key(partition)
-        stored = batch.get(key)
-        if combined is not None and (stored is None or combined > int(stored)):
-            batch.put(partition, key, combined)
-            return combined
-        return None if stored is None else int(stored)
+        return combined_watermark(marks, idle)
 
     def _input_caught_up(self, batch: Batch, topic: str, partition: int) -> bool:
         source = self._sources.get(topic, topic)
@@ -356,6 +371,10 @@ class RewardJoiner:
     def _parse(self, raw: str) -> StoredSuggestion:
         """A stored JSON document (either layout) as a `StoredSuggestion`."""
         doc = json.loads(raw)
+        if "d" in doc:
+            return StoredSuggestion(
+                int(doc["p"]), str(doc["k"]), PendingSuggestion(), (), done_ms=int(doc["d"])
+            )
         if "s" in doc:
             pending = PendingSuggestion.from_json(doc["s"])
             return StoredSuggestion(int(doc["p"]), str(doc["k"]), pending, None)
@@ -373,6 +392,9 @@ class RewardJoiner:
     ) -> None:
         for sid in ids:
             stored = self._load(batch, sid)
+            if stored is not None and stored.done_ms is not None:
+                self._stats.duplicates += 1  # a re-send of an attributed suggestion's event
+                continue
             before = None if stored is None else stored.pending
             pending = add(before, event)
             if pending == before:
@@ -406,13 +428,18 @@ class RewardJoiner:
         Entries may be stale (attributed, or the deadline moved): they are checked when popped."""
         heap = self._deadlines.get(partition)
         if heap is None:
-            heap, self._orphans[partition] = [], []
+            heap, self._orphans[partition], self._done[partition] = [], [], []
             self._deadlines[partition] = heap
             for key, raw in list(self._state.items()):
                 if not str(key).startswith(MARK):
                     stored = self._decoded(str(key), raw)
-                    if stored.partition == partition:
+                    if stored.partition != partition:
+                        continue
+                    if stored.done_ms is not None:
+                        self._done[partition].append((stored.done_ms, str(key)))
+                    else:
                         self._index(partition, str(key), None, stored.pending)
+            heapq.heapify(self._done[partition])
         return heap
 
     async def _attribute_due(self, batch: Batch, rec: SourceRecord, watermark_ms: int) -> None:
@@ -431,8 +458,33 @@ class RewardJoiner:
             if deadline_ms(stored.pending, self._windows) != due:
                 continue  # an earlier offer moved the deadline: its own entry decides
             await self._emit(rec, stored.session, stored.pending)
-            batch.delete(partition, sid)
             self._pending.pop(sid, None)
+            offer_ms = due - self._longest_ms
+            if is_late(offer_ms, self._offers_watermark(batch, partition), self._windows):
+                batch.delete(partition, sid)  # a re-sent offer would be late: no marker needed
+            else:  # the offers input is behind (idle): a re-sent offer would be on time
+                done = StoredSuggestion(
+                    partition, stored.session, PendingSuggestion(), (), offer_ms
+                )
+                batch.put(partition, sid, done)
+                heapq.heappush(self._done[partition], (offer_ms, sid))
+
+    def _offers_watermark(self, batch: Batch, partition: int) -> int | None:
+        value = batch.get(watermark_key("telemetry.suggestions", partition))
+        return None if value is None else int(value)
+
+    def _drop_done(self, batch: Batch, partition: int) -> None:
+        """Drop the done markers whose re-sent offer would now be late against the partition's
+        offers watermark (dlq.late then keeps it out): the markers live only while the offers
+        input lags the others, so the state stays bounded by event time."""
+        heap = self._done.get(partition)
+        offers_ms = self._offers_watermark(batch, partition)
+        while heap and is_late(heap[0][0], offers_ms, self._windows):
+            offer_ms, sid = heapq.heappop(heap)
+            stored = self._load(batch, sid)
+            if stored is not None and stored.done_ms == offer_ms:
+                batch.delete(partition, sid)
+                self._pending.pop(sid, None)
 
     async def _expire_orphans(self, batch: Batch, rec: SourceRecord) -> None:
         """Drop the orphans (a suggestion's outcome, edits or test runs, but no offer) whose
@@ -447,7 +499,7 @@ class RewardJoiner:
         while heap and value is not None and is_late(heap[0][0], int(value), self._windows):
             first, sid = heapq.heappop(heap)
             stored = self._load(batch, sid)
-            if stored is None or stored.pending.offered is not None:
+            if stored is None or stored.pending.offered is not None or stored.done_ms is not None:
                 continue  # attributed, or its offer came: the deadline heap has it
             if _first_event_ms(stored.pending) != first:
                 continue  # an earlier event moved it: its own entry decides

@@ -79,13 +79,15 @@ class RolloutGrouper:
         groups = self._open.get(partition)
         if groups is None:
             groups, done = set(), []
+            # Markers written before they carried "at" count from the clock's value now.
+            clock = int(self._state.get(clock_key(partition)) or 0)
             for group_id, raw in list(self._state.items()):
                 if not str(group_id).startswith(MARK):
                     doc = json.loads(raw)
                     if doc["p"] != partition:
                         continue
                     if doc["done"]:
-                        done.append((int(doc.get("at", 0)), str(group_id)))
+                        done.append((int(doc.get("at", clock)), str(group_id)))
                     else:
                         groups.add(str(group_id))
             heapq.heapify(done)

@@ -48,13 +48,15 @@ class DictState:
 
 class StoredSuggestion:
     """A suggestion's state as written to the table: JSON `{"p": partition, "k": session_id,
-    "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it.
+    "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it; once
+    attributed, while a re-sent offer could still arrive on time, `{"p", "k", "d": the offer's
+    event time}` (a done marker: events for it are duplicates).
     Keeping the records' own bytes makes a write cheap (no re-encoding of offers with code text
     and context vectors); they are decoded again only after a restart or rebalance. Documents
     of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
     back in that layout, since their source records are unknown."""
 
-    __slots__ = ("_json", "events", "partition", "pending", "session")
+    __slots__ = ("_json", "done_ms", "events", "partition", "pending", "session")
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class StoredSuggestion:
         session: str,
         pending: PendingSuggestion,
         events: tuple[tuple[str, bytes], ...] | None,
+        done_ms: int | None = None,
     ) -> None:
         self.partition, self.session, self.pending, self.events = (
             partition,
@@ -70,6 +73,7 @@ class StoredSuggestion:
             events,
         )
         self._json: str | None = None
+        self.done_ms = done_ms  # attributed: the offer's event time (a small marker, no events)
 
     @classmethod
     def read(cls, raw: str, parsed: StoredSuggestion) -> StoredSuggestion:
@@ -80,7 +84,9 @@ class StoredSuggestion:
     def to_json(self) -> str:
         if self._json is None:
             doc: dict[str, Any] = {"p": self.partition, "k": self.session}
-            if self.events is None:
+            if self.done_ms is not None:
+                doc["d"] = self.done_ms
+            elif self.events is None:
                 doc["s"] = self.pending.to_json()
             else:
                 doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]

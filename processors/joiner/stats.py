@@ -20,6 +20,9 @@ class JoinerStats:
     dead_letters: int = 0
     expired: int = 0  # orphans (no offer) dropped from the state at their expiry
     expired_groups: int = 0  # emitted rollout groups' entries dropped after the horizon
+    refetches: int = 0  # seeks back to offsets the consumer skipped
+    holes: int = 0  # skipped offsets that never arrived (no records there), accepted
+    duplicates: int = 0  # re-sent events of suggestions already attributed, dropped
     groups: int = 0
     lag_by_partition: dict[str, int] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
