@@ -8,6 +8,8 @@ produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
 from processors.joiner.outbox import Outbox
 from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.state import MARK
 from processors.joiner.stats import JoinerStats
 from processors.joiner.transport import use_broker_highwaters
 from processors.lake.dead_letters import DeadLetter
@@ -72,6 +75,33 @@ class TableState:
 
     def items(self) -> Iterable[tuple[str, Any]]:
         return list(self._table.data.items())
+
+    def retain(self, partitions: set[int]) -> int:
+        """Drop the entries of every other partition; returns how many. The joiner writes the
+        table's data itself, so faust does not drop a revoked partition's keys; kept, they
+        would outlive the tombstones compaction removes from the changelog, and come back as
+        live state (a suggestion attributed elsewhere, attributed again) if the partition
+        returns to this worker. Recovery rebuilds a returning partition from its changelog."""
+        data = self._table.data
+        gone = [
+            key for key, raw in list(data.items()) if entry_partition(key, raw) not in partitions
+        ]
+        for key in gone:
+            data.pop(key, None)
+        return len(gone)
+
+
+_DOC_PARTITION = re.compile(r'^\{"p": ?(\d+)[,}]')
+
+
+def entry_partition(key: str, raw: Any) -> int:
+    """The partition an entry of the joiner's or the grouper's table belongs to: the last
+    path element of a bookkeeping key (`\\x00off/<topic>/<p>`, `\\x00now/<p>`, ...), else the
+    document's "p" (always its first field)."""
+    if key.startswith(MARK):
+        return int(key.rsplit("/", 1)[1])
+    match = _DOC_PARTITION.match(raw) if isinstance(raw, str) else None
+    return int(match.group(1)) if match else int(json.loads(raw)["p"])
 
 
 def build_app(
@@ -148,8 +178,10 @@ def build_app(
         read = getattr(app.consumer, "_read_offset", {}).get(tp)
         return read is not None and int(read) >= high
 
+    joiner_state = TableState(sessions, outbox, first_telemetry)
+    grouper_state = TableState(groups, outbox, config.rollouts_topic)
     joiner = RewardJoiner(
-        TableState(sessions, outbox, first_telemetry),
+        joiner_state,
         codec,
         functions,
         windows,
@@ -159,9 +191,7 @@ def build_app(
         caught_up=caught_up,
         sources={platform: source for source, platform in config.topics.items()},
     )
-    grouper = RolloutGrouper(
-        TableState(groups, outbox, config.rollouts_topic), codec, group_policy, outputs, stats
-    )
+    grouper = RolloutGrouper(grouper_state, codec, group_policy, outputs, stats)
 
     def lag(message: Any) -> None:
         try:
@@ -218,10 +248,17 @@ def build_app(
     # batch buffered before the rebalance may still run meanwhile (take_events yields its buffer
     # on a timer): indexes built then would hold half-restored state. So they are dropped at
     # the assignment (another worker changed these partitions) and again once recovery is done.
+    def owned(*topics: str) -> set[int]:
+        """Partitions of `topics` this worker holds, active or standby."""
+        held = app.assignor.assigned_actives() | app.assignor.assigned_standbys()
+        return {tp.partition for tp in held if tp.topic in topics}
+
     @app.on_partitions_assigned.connect
     async def _assigned(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
         joiner.forget_deadlines()
         grouper.forget_open_groups()
+        joiner_state.retain(owned(*config.topics, sessions.changelog_topic.get_topic_name()))
+        grouper_state.retain(owned(config.rollouts_topic, groups.changelog_topic.get_topic_name()))
 
     @app.on_rebalance_complete.connect
     async def _restored(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:

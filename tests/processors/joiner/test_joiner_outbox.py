@@ -108,3 +108,23 @@ def test_a_commit_never_splits_a_batch_across_the_topics_of_one_transaction() ->
     sent = [i for i, entry in enumerate(log) if entry[1] != "COMMIT"]
     assert len(sent) == 3
     assert "COMMIT" not in [entry[1] for entry in log[sent[0] : sent[-1]]], log
+
+
+def test_a_worker_keeps_only_the_table_entries_of_partitions_it_holds() -> None:
+    """The joiner writes the table's data itself, so faust does not drop a revoked partition's
+    keys: `retain` does, at every assignment, for both layouts of entries."""
+    from processors.joiner.app import TableState  # imports faust
+
+    data = {
+        "s-a": '{"p":0,"k":"a","e":[]}',
+        "s-b": '{"p":1,"k":"b","d":5}',
+        "g-1": '{"p": 1, "done": true, "at": 3, "r": []}',
+        "\x00off/telemetry.edits/1": 7,
+        "\x00wm/telemetry.edits/0": 9,
+        "\x00now/1": 4,
+    }
+    state = TableState(
+        SimpleNamespace(data=data), Outbox(fake_app([], range(2)), exactly_once=True), "t"
+    )
+    assert state.retain({0}) == 4
+    assert set(data) == {"s-a", "\x00wm/telemetry.edits/0"}
