@@ -222,11 +222,12 @@ def baseline_rate(settings: Settings, codec: AvroCodec, topics: Topics, n: int) 
 class Proc:
     """A `python -m flywheel COMMAND ...` subprocess whose stderr lines are watched in a thread."""
 
-    def __init__(self, command: str, args: list[str], log: Path) -> None:
+    def __init__(self, command: str, args: list[str], log: Path, module: str = "flywheel") -> None:
+        """`python -m MODULE COMMAND ARGS...`; an empty `command` runs the module alone."""
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "flywheel", command, *args],
+            [sys.executable, "-m", module, *([command] if command else []), *args],
             env=env,
             stdout=self.log,
             stderr=subprocess.PIPE,
@@ -326,10 +327,11 @@ def floor_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Pat
     """Events per CPU-second of `bench/faust_floor.py` (a no-op faust agent) draining the same
     `n` records (its first status line with events excluded, as for the joiner)."""
     worker = Proc(
-        "bench.faust_floor",
+        "",
         ["--app-id", app_id, "--broker", settings.kafka_bootstrap, "--datadir",
          str(log.with_suffix(".data")), *topics.sources()],
         log,
+        module="bench.faust_floor",
     )  # fmt: skip
     worker.wait_events(n)
     cpu = worker.cpu_s() - worker.first_cpu_s
