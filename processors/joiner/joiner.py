@@ -171,7 +171,6 @@ class RewardJoiner:
         self._codec = codec
         self._functions = tuple(functions)
         self._windows = windows
-        self._longest_ms = max(windows.outcome_ms, windows.edits_ms, windows.tests_ms)
         self._out = outputs
         self._stats = stats
         self._clock = clock
@@ -450,6 +449,7 @@ class RewardJoiner:
         partition = rec.partition
         cutoff = watermark_ms - self._windows.allowed_lateness_ms
         heap = self._heap(partition)
+        offers_ms = self._offers_watermark(batch, partition)
         while heap and heap[0][0] < cutoff:
             due, sid = heapq.heappop(heap)
             stored = self._load(batch, sid)
@@ -459,8 +459,10 @@ class RewardJoiner:
                 continue  # an earlier offer moved the deadline: its own entry decides
             await self._emit(rec, stored.session, stored.pending)
             self._pending.pop(sid, None)
-            offer_ms = due - self._longest_ms
-            if is_late(offer_ms, self._offers_watermark(batch, partition), self._windows):
+            offered = stored.pending.offered
+            assert offered is not None  # it has a deadline
+            offer_ms = encode_time(offered.event_time)
+            if is_late(offer_ms, offers_ms, self._windows):
                 batch.delete(partition, sid)  # a re-sent offer would be late: no marker needed
             else:  # the offers input is behind (idle): a re-sent offer would be on time
                 done = StoredSuggestion(
@@ -494,9 +496,9 @@ class RewardJoiner:
         `flywheel.error`), counted in `stats.expired`. Orphans wait while offers do not move.
         `rec`: the record that moved the watermark (the dead letters go in its transaction)."""
         partition = rec.partition
-        value = batch.get(watermark_key("telemetry.suggestions", partition))
+        offers_ms = self._offers_watermark(batch, partition)
         heap = self._orphans.get(partition)
-        while heap and value is not None and is_late(heap[0][0], int(value), self._windows):
+        while heap and offers_ms is not None and is_late(heap[0][0], offers_ms, self._windows):
             first, sid = heapq.heappop(heap)
             stored = self._load(batch, sid)
             if stored is None or stored.pending.offered is not None or stored.done_ms is not None:
@@ -504,7 +506,7 @@ class RewardJoiner:
             if _first_event_ms(stored.pending) != first:
                 continue  # an earlier event moved it: its own entry decides
             self._stats.expired += 1
-            await self._orphan_letters(rec, sid, stored, int(value))
+            await self._orphan_letters(rec, sid, stored, offers_ms)
             batch.delete(partition, sid)
             self._pending.pop(sid, None)
 
