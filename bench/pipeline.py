@@ -58,11 +58,12 @@ from schemas.events import EditObserved
 from streams.admin import TopicAdmin
 from streams.client import ROUTES
 from streams.serde import AvroCodec
-from streams.topics import TELEMETRY_TOPICS, TopicSpec
+from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS, TopicSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TELEMETRY = TELEMETRY_TOPICS
 ROLLOUTS = "rollouts.results"
+SERVED = (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)  # the completion join reads copies too
 HOUR_MS = 3_600_000
 STATUS = re.compile(r"process: ([\d,]+) events")
 
@@ -93,7 +94,7 @@ class Topics:
         return [self.of(t) for t in (*TELEMETRY, ROLLOUTS)]
 
     def create(self, settings: Settings) -> None:
-        four = [*self.sources(), self.rewards]
+        four = [*self.sources(), *(self.of(t) for t in SERVED), self.rewards]
         ones = [self.of(t) for t in ("dlq.late", "dlq.joiner", "dlq.sink")]
         TopicAdmin(settings.kafka_client_config()).ensure(
             [TopicSpec(n, "session_id", "bench", 4, retention_ms=HOUR_MS) for n in four]
@@ -102,6 +103,7 @@ class Topics:
 
     def joiner_args(self, app_id: str) -> list[str]:
         args = [a for t in TELEMETRY for a in ("--telemetry-topic", f"{self.of(t)}={t}")]
+        args += [a for t in SERVED for a in ("--completion-topic", f"{self.of(t)}={t}")]
         return [
             *args, "--rollouts-topic", self.of(ROLLOUTS), "--rewards-topic", self.rewards,
             "--dlq-late", self.of("dlq.late"), "--dlq-joiner", self.of("dlq.joiner"),

@@ -56,19 +56,19 @@ MAX_USER_ID_CHARS = 256
 
 
 class ServingReplica(Protocol):
-    """What the app reads from a replica (``fleet.subscriber.ModelSubscriber[Policy]``)."""
+    """What the app reads from a replica (``fleet.subscriber.ModelSubscriber``)."""
 
     model_name: str
     replica_id: str
     rejected: int
 
     @property
-    def snapshot(self) -> ServingSnapshot[Policy]: ...
+    def snapshot(self) -> ServingSnapshot[Any]: ...
 
     @property
     def serving_version(self) -> int: ...
 
-    def route(self, user_id: str) -> Routed[Policy]: ...
+    def route(self, user_id: str) -> Routed[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -217,16 +217,18 @@ class ServingMetrics:
     """The app's registry: the replica's versions plus request and decision counters, and a
     running total of decisions for the command's status line (``decisions``)."""
 
-    def __init__(self, replica: ServingReplica) -> None:
+    def __init__(self, replica: ServingReplica, routes: Sequence[str] = ROUTES) -> None:
         # ServingCollector reads only ServingReplica's attributes; any replica satisfies it.
         collector = ServingCollector([cast("ModelSubscriber[Any]", replica)])
+        self._routes = frozenset(routes)
         self.registry = service_registry(collector)
         self.requests = Counter(
             "flywheel_serving_requests", "HTTP requests by route and status.",
             ["route", "status"], registry=self.registry,
         )  # fmt: skip
         self.decided = Counter(
-            "flywheel_serving_decisions", "Requests scored, by model, channel and version.",
+            "flywheel_serving_decisions",
+            "Requests answered (gate decisions, agent completions), by model, channel and version.",
             ["model", "channel", "version"], registry=self.registry,
         )  # fmt: skip
         self._lock = threading.Lock()
@@ -244,7 +246,7 @@ class ServingMetrics:
 
     def record_request(self, path: str, status: int, seconds: float) -> None:
         """One HTTP request (unknown paths: ``other``); ``RequestMetricsMiddleware`` calls it."""
-        self.requests.labels(path if path in ROUTES else "other", str(status)).inc()
+        self.requests.labels(path if path in self._routes else "other", str(status)).inc()
 
     def render(self) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)

@@ -81,9 +81,7 @@ def sample(
         output_scores=True,
     )
     generated = out.sequences[:, input_ids.shape[1] :]  # (batch, steps)
-    # scores[t]: (batch, vocab) processed logits of step t; -inf where top-p filtered.
-    scores = torch.stack(out.scores, dim=1).float()  # (batch, steps, vocab)
-    logprobs = torch.log_softmax(scores, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+    logprobs = token_logprobs(out.scores, generated)
     lengths = batch["attention_mask"].sum(dim=1).tolist()
     ids = batch["input_ids"].tolist()
     results: list[list[Completion]] = []
@@ -98,6 +96,14 @@ def sample(
             group.append(Completion(prompt_ids, tuple(tokens), tuple(lps), text, finished))
         results.append(group)
     return results
+
+
+def token_logprobs(scores: Sequence[torch.Tensor], generated: torch.Tensor) -> torch.Tensor:
+    """(batch, steps) log-probability of each generated token under the distribution it was
+    drawn from: ``scores[t]`` is generate's (batch, vocab) processed logits of step t (divided
+    by the temperature, -inf where top-p filtered), ``generated`` the (batch, steps) tokens."""
+    stacked = torch.stack(tuple(scores), dim=1).float()  # (batch, steps, vocab)
+    return torch.log_softmax(stacked, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
 
 
 def _until_eos(

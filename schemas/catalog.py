@@ -34,6 +34,8 @@ TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType(
         "telemetry.tests": "TestRunCompleted",
         "rollouts.results": "RolloutResult",
         "agent.tasks": "AgentTask",
+        "agent.completions": "AgentCompletion",
+        "agent.feedback": "AgentFeedback",
         "rewards": "Reward",
         "features.updates": "FeatureUpdate",
         "models.versions": "ModelVersionEvent",

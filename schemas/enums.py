@@ -35,6 +35,18 @@ class RewardSource(StrEnum):
 
     SUGGESTION = "SUGGESTION"
     ROLLOUT = "ROLLOUT"
+    COMPLETION = "COMPLETION"
+
+
+class AgentReaction(StrEnum):
+    """A user's reaction to a completion the agent model served."""
+
+    ACCEPTED = "ACCEPTED"
+    EDIT_PERSISTED = "EDIT_PERSISTED"
+    REVERTED = "REVERTED"
+    DISSATISFIED_FOLLOWUP = "DISSATISFIED_FOLLOWUP"
+    TESTS_PASSED = "TESTS_PASSED"
+    TESTS_FAILED = "TESTS_FAILED"
 
 
 class ModelEventType(StrEnum):

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from schemas.enums import (
+    AgentReaction,
     Channel,
     Decision,
     ModelEventType,
@@ -154,6 +155,54 @@ class AgentTask(Event):
     difficulty: int
     group_size: int
     spec: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentCompletion(Event):
+    """One choice the agent model served through the OpenAI-compatible API (privacy mode: no
+    token ids, log-probs or text)."""
+
+    SCHEMA_NAME: ClassVar[str] = "AgentCompletion"
+
+    completion_id: str
+    request_id: str
+    session_id: str
+    user_id: str | None = None
+    api_key: str
+    model_name: str
+    model_version: int
+    channel: str
+    endpoint: str
+    choice_index: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+    prompt_token_ids: tuple[int, ...] | None = None
+    completion_token_ids: tuple[int, ...] | None = None
+    behaviour_logprobs: tuple[float, ...] | None = None
+    completion_text: str | None = None
+    temperature: float
+    top_p: float
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    finish_reason: str
+    speculative: bool = False
+    latency_ms: int
+    first_token_ms: int | None = None
+    privacy_mode: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentFeedback(Event):
+    """A user's reaction to a served completion."""
+
+    SCHEMA_NAME: ClassVar[str] = "AgentFeedback"
+
+    completion_id: str
+    session_id: str
+    user_id: str | None = None
+    reaction: AgentReaction
+    value: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -298,6 +347,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             TestRunCompleted,
             RolloutResult,
             AgentTask,
+            AgentCompletion,
+            AgentFeedback,
             Reward,
             FeatureUpdate,
             ModelVersionEvent,
@@ -321,6 +372,7 @@ NAMED_TYPES: Mapping[str, type] = MappingProxyType(
                 SuggestionTrigger,
                 Outcome,
                 RewardSource,
+                AgentReaction,
                 ModelEventType,
                 Channel,
                 ReplicaState,

@@ -23,6 +23,8 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from schemas.events import (
+    AgentCompletion,
+    AgentFeedback,
     EditObserved,
     Event,
     RolloutResult,
@@ -42,6 +44,8 @@ ROUTES: Mapping[type[Event], tuple[str, str]] = {
     EditObserved: ("telemetry.edits", "session_id"),
     TestRunCompleted: ("telemetry.tests", "session_id"),
     RolloutResult: ("rollouts.results", "group_id"),
+    AgentCompletion: ("agent.completions", "session_id"),  # serving replicas
+    AgentFeedback: ("agent.feedback", "session_id"),
 }
 
 # The topics the SDK writes to.
@@ -105,8 +109,12 @@ class TelemetryClient:
         linger_ms: int = 20,
         delivery_timeout_ms: int = 120_000,
         close_timeout_s: float = 10.0,
+        topics: Mapping[str, str] | None = None,
     ) -> None:
+        """``topics``: platform topic → the topic written instead (a test's or a mirror's
+        copy); the schema stays the platform topic's."""
         self._codec = codec
+        self._topics = dict(topics or {})
         self._pseudonymizer = pseudonymizer
         self._close_timeout_s = close_timeout_s
         self._spool = Spool(spool_dir)
@@ -135,6 +143,15 @@ class TelemetryClient:
     def rollout_result(self, event: RolloutResult) -> None:
         self.send(event)
 
+    def agent_completion(self, event: AgentCompletion) -> None:
+        """A completion the agent model served (sent by serving replicas)."""
+        self.send(event)
+
+    def agent_feedback(self, event: AgentFeedback) -> None:
+        """The user's reaction to a served completion (``completion_id`` from the API's
+        response: ``<id>:<choice index>``)."""
+        self.send(event)
+
     def send(self, event: Event) -> None:
         """Validate, privatise, encode and enqueue `event`; it is sent in the background.
 
@@ -151,8 +168,10 @@ class TelemetryClient:
         record = event.to_record()
         if isinstance(event, SuggestionOffered):
             self._privatise(record)
+        elif isinstance(event, AgentCompletion | AgentFeedback):
+            self._privatise_agent(record)
         value = self._codec.encode(topic, record)
-        self._enqueue(topic, str(record[key_field]).encode(), value)
+        self._enqueue(self._topics.get(topic, topic), str(record[key_field]).encode(), value)
 
     def _privatise(self, offered: dict[str, Any]) -> None:
         """Pseudonymise ids and drop or redact code text, in the record about to be encoded."""
@@ -161,6 +180,17 @@ class TelemetryClient:
         offered["suggestion_text"] = apply_privacy(
             offered["suggestion_text"], offered["privacy_mode"]
         )
+
+    def _privatise_agent(self, record: dict[str, Any]) -> None:
+        """Pseudonymise the user; a completion in privacy mode keeps counts and ids only."""
+        if record["user_id"] is not None:
+            record["user_id"] = self._pseudonymizer.pseudonym("user", record["user_id"])
+        if "completion_text" not in record:
+            return
+        record["completion_text"] = apply_privacy(record["completion_text"], record["privacy_mode"])
+        if record["privacy_mode"]:
+            for name in ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs"):
+                record[name] = None
 
     def _enqueue(self, topic: str, key: bytes, value: bytes) -> None:
         if self._closed:

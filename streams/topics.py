@@ -58,12 +58,18 @@ _TELEMETRY_VALUES = {
 TELEMETRY_TOPICS: tuple[str, ...] = tuple(_TELEMETRY_VALUES)
 ROLLOUTS_TOPIC = "rollouts.results"
 AGENT_TASKS_TOPIC = "agent.tasks"
+# Served completions and the users' reactions: telemetry-like, keyed by session_id, so a
+# completion and its feedback are co-partitioned for the joiner.
+COMPLETIONS_TOPIC = "agent.completions"
+FEEDBACK_TOPIC = "agent.feedback"
 REWARDS_TOPIC = "rewards"
 
 TOPICS: tuple[TopicSpec, ...] = (
     *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
     TopicSpec(ROLLOUTS_TOPIC, "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
     TopicSpec(AGENT_TASKS_TOPIC, "task_id", "AgentTask", TELEMETRY_PARTITIONS),
+    _telemetry(COMPLETIONS_TOPIC, "AgentCompletion"),
+    _telemetry(FEEDBACK_TOPIC, "AgentFeedback"),
     TopicSpec(
         REWARDS_TOPIC, "session_id or group_id", "Reward", TELEMETRY_PARTITIONS,
         retention_ms=30 * DAY_MS,

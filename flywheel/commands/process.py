@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import click
 
@@ -16,29 +17,36 @@ from ground.metrics import service_registry
 from processors.joiner.config import JoinerConfig
 from processors.rewards.attribution import Windows
 from processors.rewards.rollouts import GroupPolicy
-from streams.topics import TELEMETRY_TOPICS
+from processors.rewards.served import FeedbackWindows
+from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS
 
 MS = 1000
 # Option defaults come from the declarations (one place per setting); they import no faust.
 JOINER, WINDOWS, GROUPS = JoinerConfig(), Windows(), GroupPolicy()
+FEEDBACK = FeedbackWindows()
 
 
-def _telemetry_topics(
-    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> dict[str, str]:
-    if not values:
-        return dict(JOINER.topics)
-    mapping: dict[str, str] = {}
-    for value in values:
-        topic, sep, platform_topic = value.partition("=")
-        platform_topic = platform_topic if sep else topic
-        if not topic or platform_topic not in TELEMETRY_TOPICS:
-            raise click.BadParameter(
-                f"{value!r}: write TOPIC or TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
-                f"{', '.join(TELEMETRY_TOPICS)}"
-            )
-        mapping[topic] = platform_topic
-    return mapping
+def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
+    """A click callback: TOPIC[=PLATFORM_TOPIC] values → {topic: platform topic}."""
+
+    def parse(
+        _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+    ) -> dict[str, str]:
+        if not values:
+            return dict(default)
+        mapping: dict[str, str] = {}
+        for value in values:
+            topic, sep, platform_topic = value.partition("=")
+            platform_topic = platform_topic if sep else topic
+            if not topic or platform_topic not in platform:
+                raise click.BadParameter(
+                    f"{value!r}: write TOPIC or TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
+                    f"{', '.join(platform)}"
+                )
+            mapping[topic] = platform_topic
+        return mapping
+
+    return parse
 
 
 @click.command()
@@ -110,10 +118,26 @@ def _telemetry_topics(
     "--telemetry-topic",
     "telemetry_topics",
     multiple=True,
-    callback=_telemetry_topics,
+    callback=_source_topics(dict(JOINER.topics), TELEMETRY_TOPICS),
     metavar="TOPIC[=PLATFORM_TOPIC]",
     help="Telemetry source topics (repeatable; all four by default). PLATFORM_TOPIC "
     "names the schema of a copy under another name.",
+)
+@click.option(
+    "--completion-topic",
+    "completion_topics",
+    multiple=True,
+    callback=_source_topics(dict(JOINER.completion_topics), (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)),
+    metavar="TOPIC[=PLATFORM_TOPIC]",
+    help="Served completions and their feedback (repeatable; agent.completions and "
+    "agent.feedback by default), joined per completion into agent_use@1 Rewards.",
+)
+@click.option(
+    "--feedback-window-s",
+    default=FEEDBACK.feedback_ms / MS,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Feedback counts within this long after its completion (event time).",
 )
 @click.option("--rollouts-topic", default=JOINER.rollouts_topic, show_default=True)
 @click.option("--rewards-topic", default=JOINER.rewards_topic, show_default=True)
@@ -167,6 +191,8 @@ def process(
     group_timeout_s: float,
     app_id: str,
     telemetry_topics: dict[str, str],
+    completion_topics: dict[str, str],
+    feedback_window_s: float,
     rollouts_topic: str,
     rewards_topic: str,
     dlq_late: str,
@@ -180,9 +206,11 @@ def process(
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    """Join telemetry per suggestion into Rewards, and rollout groups into advantages.
+    """Join telemetry per suggestion into Rewards, served completions with their feedback into
+    Rewards, and rollout groups into advantages.
 
-    Reads the four telemetry topics (co-partitioned by session_id) and rollouts.results, keeps
+    Reads the four telemetry topics (co-partitioned by session_id), agent.completions and
+    agent.feedback (likewise) and rollouts.results, keeps
     state in changelog-backed tables (a restarted worker resumes where it stopped), and writes
     Avro Rewards to the rewards topic; late events go to the late DLQ with the reason. Ctrl-C
     (or SIGTERM) stops it cleanly.
@@ -208,6 +236,7 @@ def process(
         policy = GroupPolicy(expected_size=group_size, timeout_ms=round(group_timeout_s * MS))
         config = JoinerConfig(
             topics=telemetry_topics,
+            completion_topics=completion_topics,
             rollouts_topic=rollouts_topic,
             rewards_topic=rewards_topic,
             dlq_late=dlq_late,
@@ -226,6 +255,10 @@ def process(
             functions=functions,
             windows=windows,
             group_policy=policy,
+            feedback_windows=FeedbackWindows(
+                feedback_ms=round(feedback_window_s * MS),
+                allowed_lateness_ms=round(allowed_lateness_s * MS),
+            ),
             config=config,
             stats=stats,
             broker_credentials=faust_credentials(settings.kafka_client_config()),
@@ -243,7 +276,8 @@ def process(
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler stops it cleanly
 
     out.print(
-        f"[green]process[/] {', '.join(telemetry_topics)} + {rollouts_topic} -> {rewards_topic} "
+        f"[green]process[/] {', '.join(telemetry_topics)} + {', '.join(completion_topics)} + "
+        f"{rollouts_topic} -> {rewards_topic} "
         f"(app {app_id}, {', '.join(reward_fns)}; late to {dlq_late}, dead letters to "
         f"{dlq_joiner}){'' if once_idle_s is None else f'; stops after {once_idle_s:g} s idle'}"
         "; Ctrl-C to stop",

@@ -1,8 +1,12 @@
-"""`flywheel serve`: one serving replica of a model, over HTTP (fleet/serving_app.py).
+"""`flywheel serve`: one serving replica of a model, over HTTP.
 
 The replica is a ``fleet.subscriber.ModelSubscriber``: it follows ``models.channels``, verifies and
-loads each version it is pointed at, and acks on ``models.acks``; until production points at a
-version it serves the simulator's v0 heuristic policy (the fallback).
+loads each version it is pointed at, and acks on ``models.acks``. ``--kind gate`` (the default)
+serves the suggestion gate's decisions (fleet/serving_app.py); until production points at a
+version it serves the simulator's v0 heuristic policy (the fallback). ``--kind agent`` serves the
+agent LM through the OpenAI API (fleet/agent_app.py), with requests batched into ``generate``, a
+cross-request prefix cache and speculative edits (fleet/agent_engine.py); every completion is an
+``AgentCompletion`` event on ``agent.completions``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 8090
 DEFAULT_MODEL = "suggestion-gate"
+DEFAULT_AGENT_MODEL = "agent-lm"
 
 
 def default_replica_id() -> str:
@@ -89,7 +94,7 @@ def follow(
         return
 
 
-def served(replica: ModelSubscriber[Policy]) -> str:
+def served(replica: ModelSubscriber[Any]) -> str:
     """``suggestion-gate v3 (canary v4 at 10%)``, or ``suggestion-gate v0 (fallback)``."""
     snapshot = replica.snapshot
     text = f"{replica.model_name} v{replica.serving_version}"
@@ -100,28 +105,42 @@ def served(replica: ModelSubscriber[Policy]) -> str:
     return text
 
 
-def status_line(replica: ModelSubscriber[Policy], decisions: int, per_s: float) -> str:
+def status_line(
+    replica: ModelSubscriber[Any], decisions: int, per_s: float, noun: str = "decisions"
+) -> str:
     """``serving suggestion-gate v3, 12.5 decisions/s, 1,234 total``."""
-    return f"serving {served(replica)}, {per_s:,.1f} decisions/s, {decisions:,} total"
+    return f"serving {served(replica)}, {per_s:,.1f} {noun}/s, {decisions:,} total"
 
 
 def report_status(
-    replica: ModelSubscriber[Policy],
+    replica: ModelSubscriber[Any],
     metrics: ServingMetrics,
     every_s: float,
     stop: threading.Event,
+    noun: str = "decisions",
 ) -> None:
     """Print :func:`status_line` every ``every_s`` seconds until ``stop``."""
     last_count, last_t = metrics.decisions, time.monotonic()
     while not stop.wait(every_s):
         count, now = metrics.decisions, time.monotonic()
         per_s = (count - last_count) / max(now - last_t, 1e-9)
-        err.print(status_line(replica, count, per_s))
+        err.print(status_line(replica, count, per_s, noun))
         last_count, last_t = count, now
 
 
 @click.command()
-@click.option("--model", default=DEFAULT_MODEL, show_default=True, help="Model to serve.")
+@click.option(
+    "--kind",
+    type=click.Choice(["gate", "agent"]),
+    default="gate",
+    show_default=True,
+    help="gate: the suggestion gate's POST /v1/decide; agent: the agent LM's OpenAI API.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help=f"Model to serve. Default: {DEFAULT_MODEL} (gate), {DEFAULT_AGENT_MODEL} (agent).",
+)
 @click.option(
     "--replica-id",
     default=None,
@@ -131,60 +150,156 @@ def report_status(
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
 @click.option(
     "--max-batch",
-    default=1000,
+    default=None,
+    type=click.IntRange(min=1),
+    help="gate: most requests in one POST /v1/decide, more get 413 (default 1000); agent: most "
+    "sequences generated together (default 16).",
+)
+@click.option(
+    "--max-queue",
+    default=64,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Most requests in one POST /v1/decide; more get 413.",
+    help="agent: requests waiting for the engine; more get 429 with Retry-After.",
+)
+@click.option(
+    "--prefix-cache-tokens",
+    default=65_536,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="agent: prompt tokens whose KV cache is kept for reuse across requests (0: off).",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="agent: serve without API keys (local experiments only). Default: keys of "
+    "`flywheel gateway add-key`.",
 )
 @click.option(
     "--status-every-s",
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0.1),
-    help="Seconds between status lines (version served, decisions/s).",
+    help="Seconds between status lines (version served, requests/s).",
 )
 @metrics_options
 def serve(
-    model: str,
+    kind: str,
+    model: str | None,
     replica_id: str | None,
     host: str,
     port: int,
-    max_batch: int,
+    max_batch: int | None,
+    max_queue: int,
+    prefix_cache_tokens: int,
+    no_auth: bool,
     status_every_s: float,
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    """Serve MODEL's decisions over HTTP, following the versions the registry points at.
+    """Serve a model over HTTP, following the versions the registry points at.
 
-    POST /v1/decide ({"user_id", "context": [floats]} or an array of them) answers
-    {"show_probability", "model", "version", "channel"}; GET /v1/models, GET /healthz (503
-    until the channels are read to their end), GET /metrics (Prometheus; also on
-    --metrics-port if set). Until a version is promoted the replica serves the heuristic v0.
-    Stops on Ctrl-C or SIGTERM. See docs/models.md.
+    --kind gate: POST /v1/decide ({"user_id", "context": [floats]} or an array of them)
+    answers {"show_probability", "model", "version", "channel"}; until a version is promoted
+    the replica serves the heuristic v0. --kind agent: the OpenAI API (POST /v1/completions,
+    POST /v1/chat/completions, streaming or not; GET /v1/models) for the agent LM, with API
+    keys of `flywheel gateway add-key`; every completion becomes an AgentCompletion event.
+    Both: GET /healthz (503 until the channels are read to their end), GET /metrics
+    (Prometheus; also on --metrics-port if set). Stops on Ctrl-C or SIGTERM. See
+    docs/models.md and docs/serving.md.
     """
-    from fleet.serving_app import create_app
-
     settings = Settings.from_env()
     replica_id = replica_id or default_replica_id()
     sock = listen(host, port)  # before the Kafka clients: a busy port fails fast and clearly
-    replica = build_replica(settings, model, replica_id)
-    stop = threading.Event()  # set once the server has stopped (run_server handles signals)
+    if kind == "agent":
+        app, replica, closers, noun = _agent_app(
+            settings, model or DEFAULT_AGENT_MODEL, replica_id, max_batch or 16, max_queue,
+            prefix_cache_tokens, no_auth,
+        )  # fmt: skip
+        routes = "POST /v1/completions, POST /v1/chat/completions, GET /v1/models"
+    else:
+        from fleet.serving_app import create_app
+
+        model = model or DEFAULT_MODEL
+        replica = build_replica(settings, model, replica_id)
+        caught_up = threading.Event()
+        app = create_app(replica, ready=caught_up.is_set, max_batch=max_batch or 1000)
+        app.state.caught_up = caught_up
+        closers, noun, routes = [], "decisions", "POST /v1/decide, GET /v1/models"
+    _run(app, replica, sock, settings, status_every_s, metrics_port, metrics_host, noun, routes,
+         closers)  # fmt: skip
+
+
+def _agent_app(
+    settings: Settings,
+    model: str,
+    replica_id: str,
+    max_batch: int,
+    max_queue: int,
+    prefix_cache_tokens: int,
+    no_auth: bool,
+) -> tuple[Any, ModelSubscriber[Any], list[Any], str]:
+    """The agent app, its replica, what to close after the server, and the status noun."""
+    from fleet.agent_app import create_agent_app
+    from fleet.agent_engine import Engine
+    from fleet.prefix_cache import PrefixCache
+    from fleet.rollouts import AgentPolicy, load_agent_policy
+    from fleet.subscriber import ModelSubscriber
+    from flywheel.clients import codec, telemetry_client
+    from streams.gateway.keys import ApiKeyStore, default_key_path
+
+    keys = None if no_auth else ApiKeyStore(default_key_path(settings.home))
+    if keys is not None and not any(not r.revoked for r in keys.records()):
+        err.print(
+            "[yellow]no active API keys[/]: every request will get 401; add one with "
+            "`flywheel gateway add-key NAME` (or pass --no-auth for a local experiment)"
+        )
+    replica: ModelSubscriber[AgentPolicy | None] = ModelSubscriber(
+        settings.kafka_client_config(), codec(settings), model, replica_id, load_agent_policy, None
+    )
+    cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
+    engine = Engine(max_batch_rows=max_batch, max_queue=max_queue, prefix_cache=cache)
+    client = telemetry_client(settings, f"serve-{replica_id}")
     caught_up = threading.Event()
-    app = create_app(replica, ready=caught_up.is_set, max_batch=max_batch)
+    app = create_agent_app(
+        replica, engine, client.agent_completion, keys=keys, producer=f"serve/{replica_id}",
+        ready=caught_up.is_set,
+    )  # fmt: skip
+    app.state.caught_up = caught_up
+    engine.start()
+    return app, replica, [engine, client], "completions"
+
+
+def _run(
+    app: Any,
+    replica: ModelSubscriber[Any],
+    sock: Any,
+    settings: Settings,
+    status_every_s: float,
+    metrics_port: int,
+    metrics_host: str,
+    noun: str,
+    routes: str,
+    closers: list[Any],
+) -> None:
+    """Follow the channels, print status lines and serve ``app`` until Ctrl-C or SIGTERM; then
+    close the replica and ``closers`` (the agent's engine, then its event client: its close
+    flushes the last completions or spools them)."""
     metrics: ServingMetrics = app.state.metrics
+    stop = threading.Event()  # set once the server has stopped (run_server handles signals)
     threads = [
-        threading.Thread(target=follow, args=(replica, caught_up, stop), daemon=True),
+        threading.Thread(target=follow, args=(replica, app.state.caught_up, stop), daemon=True),
         threading.Thread(
-            target=report_status, args=(replica, metrics, status_every_s, stop), daemon=True
+            target=report_status, args=(replica, metrics, status_every_s, stop, noun), daemon=True
         ),
     ]
     with metrics_endpoint(metrics_port, metrics_host, metrics.registry):
         for thread in threads:
             thread.start()
         out.print(
-            f"[green]serve[/] {model} as replica {replica_id} on http://{host}:{port} "
-            "(POST /v1/decide, GET /v1/models, GET /healthz, GET /metrics), broker "
-            f"{settings.kafka_bootstrap}; Ctrl-C to stop"
+            f"[green]serve[/] {replica.model_name} as replica {replica.replica_id} on "
+            f"http://{sock.getsockname()[0]}:{sock.getsockname()[1]} ({routes}, GET /healthz, "
+            f"GET /metrics), broker {settings.kafka_bootstrap}; Ctrl-C to stop"
         )
         try:
             run_server(app, sock)  # a graceful shutdown on Ctrl-C or SIGTERM
@@ -192,6 +307,6 @@ def serve(
             stop.set()
             threads[0].join(timeout=10)
             replica.close()
-            out.print(
-                f"serve stopped: {metrics.decisions:,} decisions; last served {served(replica)}"
-            )
+            for closer in closers:
+                closer.close()
+            out.print(f"serve stopped: {metrics.decisions:,} {noun}; last served {served(replica)}")

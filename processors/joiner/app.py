@@ -1,7 +1,9 @@
 """The faust adapter: topics, tables and agents wired to `RewardJoiner` and `RolloutGrouper`.
 
 One agent reads the four telemetry topics (co-partitioned by session_id, same partition count)
-as raw bytes; one reads `rollouts.results` (keyed by group_id). Their state lives in
+as raw bytes and joins them per suggestion; one reads `agent.completions` and `agent.feedback`
+(also keyed by session_id) and joins them per served completion, with the same `RewardJoiner`
+over a `CompletionJoin`; one reads `rollouts.results` (keyed by group_id). Their state lives in
 changelog-backed tables, so a restarted worker recovers it from Kafka and resumes. Rewards are
 produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 """
@@ -28,7 +30,9 @@ from processors.joiner.transport import use_broker_highwaters
 from processors.lake.dead_letters import DeadLetter
 from processors.rewards.attribution import Windows
 from processors.rewards.functions import RewardFunction
+from processors.rewards.joins import CompletionJoin
 from processors.rewards.rollouts import GroupPolicy
+from processors.rewards.served import FeedbackWindows
 from streams.serde import AvroCodec
 from streams.topics import ROLLOUTS_TOPIC
 
@@ -112,11 +116,13 @@ def build_app(
     functions: Sequence[RewardFunction],
     windows: Windows,
     group_policy: GroupPolicy,
+    feedback_windows: FeedbackWindows | None = None,
     config: JoinerConfig | None = None,
     stats: JoinerStats | None = None,
     broker_credentials: CredentialsT | None = None,
 ) -> faust.App:
-    """A faust app running the reward joiner and the rollout rewarder.
+    """A faust app running the reward joiners (suggestions; served completions within
+    `feedback_windows`) and the rollout rewarder.
 
     `broker` is a comma-separated bootstrap list; `app_id` names the consumer group and the
     tables' changelog topics (`<app_id>-joiner-state-changelog`, ...), which faust creates.
@@ -158,7 +164,9 @@ def build_app(
     codec = AvroCodec.for_url(registry_url)
     sessions = app.Table("joiner-state", default=None, partitions=config.partitions)
     groups = app.Table("rollouts-state", default=None, partitions=config.partitions)
+    served = app.Table("completions-state", default=None, partitions=config.partitions)
     first_telemetry = next(iter(config.topics))
+    first_served = next(iter(config.completion_topics))
 
     def caught_up(source_topic: str, partition: int, applied: int | None) -> bool:
         """Nothing of this input partition is left to apply: every offset below the consumer's
@@ -192,6 +200,19 @@ def build_app(
         sources={platform: source for source, platform in config.topics.items()},
     )
     grouper = RolloutGrouper(grouper_state, codec, group_policy, outputs, stats)
+    served_state = TableState(served, outbox, first_served)
+    served_joiner = RewardJoiner(
+        served_state,
+        codec,
+        (),
+        windows,
+        outputs,
+        stats,
+        idle_s=config.idle_s,
+        caught_up=caught_up,
+        sources={platform: source for source, platform in config.completion_topics.items()},
+        join=CompletionJoin(feedback_windows or FeedbackWindows()),
+    )
 
     def lag(message: Any) -> None:
         try:
@@ -212,11 +233,12 @@ def build_app(
             raise
 
     telemetry_in = app.topic(*config.topics, **raw)
+    served_in = app.topic(*config.completion_topics, **raw)
     rollouts_in = app.topic(config.rollouts_topic, **raw)
 
-    @app.agent(telemetry_in, name="joiner")
-    async def join(stream: faust.StreamT[bytes]) -> None:
-        topics = config.topics
+    async def run_joiner(
+        stream: faust.StreamT[bytes], joiner: RewardJoiner, topics: dict[str, str]
+    ) -> None:
         # StreamT does not declare take_events (faust.Stream has it).
         batches = stream.take_events(config.batch_size, config.batch_within_s)  # type: ignore[attr-defined]
         async for events in batches:
@@ -233,6 +255,14 @@ def build_app(
             last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
             for m in last.values():
                 lag(m)
+
+    @app.agent(telemetry_in, name="joiner")
+    async def join(stream: faust.StreamT[bytes]) -> None:
+        await run_joiner(stream, joiner, dict(config.topics))
+
+    @app.agent(served_in, name="completions")
+    async def join_served(stream: faust.StreamT[bytes]) -> None:
+        await run_joiner(stream, served_joiner, dict(config.completion_topics))
 
     @app.agent(rollouts_in, name="rollouts")
     async def group(stream: faust.StreamT[bytes]) -> None:
@@ -256,13 +286,18 @@ def build_app(
     @app.on_partitions_assigned.connect
     async def _assigned(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
         joiner.forget_deadlines()
+        served_joiner.forget_deadlines()
         grouper.forget_open_groups()
         joiner_state.retain(owned(*config.topics, sessions.changelog_topic.get_topic_name()))
+        served_state.retain(
+            owned(*config.completion_topics, served.changelog_topic.get_topic_name())
+        )
         grouper_state.retain(owned(config.rollouts_topic, groups.changelog_topic.get_topic_name()))
 
     @app.on_rebalance_complete.connect
     async def _restored(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:
         joiner.forget_deadlines()
+        served_joiner.forget_deadlines()
         grouper.forget_open_groups()
 
     return app

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streams.topics import (
+    COMPLETIONS_TOPIC,
+    FEEDBACK_TOPIC,
     REWARDS_TOPIC,
     ROLLOUTS_TOPIC,
     TELEMETRY_PARTITIONS,
@@ -19,6 +21,8 @@ from streams.topics import (
 # Source topic → the platform topic whose schema decodes it (identity in production; tests and
 # mirrors read copies under other names).
 TELEMETRY_SOURCES: Mapping[str, str] = {t: t for t in TELEMETRY_TOPICS}
+# The served completions and their feedback (the completion join), likewise.
+COMPLETION_SOURCES: Mapping[str, str] = {t: t for t in (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)}
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class JoinerConfig:
     """Everything `build_app` needs besides the reward logic's parameters."""
 
     topics: Mapping[str, str] = field(default_factory=lambda: dict(TELEMETRY_SOURCES))
+    completion_topics: Mapping[str, str] = field(default_factory=lambda: dict(COMPLETION_SOURCES))
     rollouts_topic: str = ROLLOUTS_TOPIC
     rewards_topic: str = REWARDS_TOPIC
     dlq_late: str = dlq_topic("late")

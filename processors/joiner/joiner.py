@@ -54,16 +54,12 @@ from processors.rewards.attribution import (
     PendingSuggestion,
     Watermark,
     Windows,
-    add,
-    attribute,
     combined_watermark,
-    deadline_ms,
     is_late,
-    rewards,
-    suggestion_ids_of,
 )
 from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
+from processors.rewards.joins import SUGGESTION_TOPICS, Join, SuggestionJoin
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
 from schemas.events import EVENT_TYPES, Event, Reward
@@ -114,12 +110,7 @@ def offset_key(topic: str, partition: int) -> str:
 
 
 # The inputs joined per suggestion (platform topic names); their watermarks gate attribution.
-JOINED_TOPICS = (
-    "telemetry.suggestions",
-    "telemetry.outcomes",
-    "telemetry.edits",
-    "telemetry.tests",
-)
+JOINED_TOPICS = SUGGESTION_TOPICS
 DEFAULT_IDLE_S = 2.0
 # How long offsets skipped by the consumer may stay missing after a seek back before they are
 # taken to hold no records (see `RewardJoiner._hole_accepted`).
@@ -136,7 +127,9 @@ def now_utc() -> datetime:
 
 
 class RewardJoiner:
-    """Joins the four telemetry topics per suggestion and emits one Reward per function."""
+    """Joins its inputs per anchor id and emits the Rewards of each anchor once it is due: the
+    four telemetry topics per suggestion (one Reward per function) by default, or another
+    :class:`processors.rewards.joins.Join` (served completions and their feedback)."""
 
     def __init__(
         self,
@@ -153,24 +146,26 @@ class RewardJoiner:
         caught_up: CaughtUp | None = None,
         sources: Mapping[str, str] | None = None,
         hole_accept_s: float = DEFAULT_HOLE_ACCEPT_S,
+        join: Join | None = None,
     ) -> None:
         """``idle_s``: wall seconds without progress after which a *caught-up* input stops
         holding back the partition's attribution watermark (``monotonic`` reads that clock).
         ``caught_up``: asks the consumer whether an input partition has records left (None:
         always caught up, for tools and tests without a consumer). ``sources``: platform topic
         → the source topic read for it (default: the same name). ``hole_accept_s``: see
-        `_hole_accepted`."""
+        `_hole_accepted`. ``join``: what is joined (default: suggestions, scored by
+        ``functions`` within ``windows``; a given join brings its own windows)."""
+        self._join: Join = join or SuggestionJoin(tuple(functions), windows)
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._idle_s, self._monotonic = idle_s, monotonic
         self._caught_up = caught_up or (lambda _topic, _partition, _offset: True)
-        self._sources = {topic: topic for topic in JOINED_TOPICS} | dict(sources or {})
+        self._sources = {topic: topic for topic in self._join.topics} | dict(sources or {})
         # (topic, partition) → monotonic time its watermark last advanced (memory only); an
         # input not seen moving since this process started counts from the start.
         self._advanced: dict[tuple[str, int], float] = {}
         self._started = monotonic()
         self._codec = codec
-        self._functions = tuple(functions)
-        self._windows = windows
+        self._windows = self._join.windows  # the allowed lateness
         self._out = outputs
         self._stats = stats
         self._clock = clock
@@ -307,7 +302,7 @@ class RewardJoiner:
         if is_late(event_ms, watermark.value_ms, self._windows):
             await self._late(rec, event, event_ms, watermark.value_ms or 0)
             return
-        ids = suggestion_ids_of(event)
+        ids = self._join.ids_of(event)
         session_id = str(getattr(event, "session_id", ""))
         self._heap(rec.partition)  # built before this batch's writes to it (it scans the table)
         if ids and session_id:
@@ -322,7 +317,7 @@ class RewardJoiner:
         now = self._monotonic()
         marks: dict[str, int] = {}
         idle: set[str] = set()
-        for topic in JOINED_TOPICS:
+        for topic in self._join.topics:
             value = batch.get(watermark_key(topic, partition))
             if value is None:
                 continue
@@ -371,17 +366,15 @@ class RewardJoiner:
         """A stored JSON document (either layout) as a `StoredSuggestion`."""
         doc = json.loads(raw)
         if "d" in doc:
-            return StoredSuggestion(
-                int(doc["p"]), str(doc["k"]), PendingSuggestion(), (), done_ms=int(doc["d"])
-            )
+            return StoredSuggestion(int(doc["p"]), str(doc["k"]), None, (), done_ms=int(doc["d"]))
         if "s" in doc:
             pending = PendingSuggestion.from_json(doc["s"])
             return StoredSuggestion(int(doc["p"]), str(doc["k"]), pending, None)
         events = tuple((str(t), base64.b64decode(v)) for t, v in doc["e"])
-        folded: PendingSuggestion | None = None
+        folded: Any = None
         for topic, value in events:
             record = self._codec.decode(topic, value)
-            folded = add(folded, self._event_types[topic].from_record(record))
+            folded = self._join.add(folded, self._event_types[topic].from_record(record))
         if folded is None:
             raise RewardError(f"stored suggestion state {raw[:80]!r} holds no events")
         return StoredSuggestion(int(doc["p"]), str(doc["k"]), folded, events)
@@ -395,7 +388,7 @@ class RewardJoiner:
                 self._stats.duplicates += 1  # a re-send of an attributed suggestion's event
                 continue
             before = None if stored is None else stored.pending
-            pending = add(before, event)
+            pending = self._join.add(before, event)
             if pending == before:
                 continue  # a duplicate: nothing changed
             source = (rec.platform_topic, rec.value)
@@ -409,17 +402,16 @@ class RewardJoiner:
             if rec.partition in self._deadlines:
                 self._index(rec.partition, sid, before, pending)
 
-    def _index(
-        self, partition: int, sid: str, before: PendingSuggestion | None, now: PendingSuggestion
-    ) -> None:
-        """Push the suggestion's new deadline, or an orphan's new earliest event time."""
-        due = deadline_ms(now, self._windows)
+    def _index(self, partition: int, sid: str, before: Any, now: Any) -> None:
+        """Push the anchor's new deadline, or an orphan's new earliest event time."""
+        join = self._join
+        due = join.deadline_ms(now)
         if due is not None:
-            if before is None or due != deadline_ms(before, self._windows):
+            if before is None or due != join.deadline_ms(before):
                 heapq.heappush(self._deadlines[partition], (due, sid))
             return
-        first = _first_event_ms(now)
-        if first is not None and (before is None or first != _first_event_ms(before)):
+        first = join.first_event_ms(now)
+        if first is not None and (before is None or first != join.first_event_ms(before)):
             heapq.heappush(self._orphans[partition], (first, sid))
 
     def _heap(self, partition: int) -> list[tuple[int, str]]:
@@ -453,26 +445,24 @@ class RewardJoiner:
         while heap and heap[0][0] < cutoff:
             due, sid = heapq.heappop(heap)
             stored = self._load(batch, sid)
-            if stored is None:
+            if stored is None or stored.done_ms is not None:
                 continue  # already attributed
-            if deadline_ms(stored.pending, self._windows) != due:
+            if self._join.deadline_ms(stored.pending) != due:
                 continue  # an earlier offer moved the deadline: its own entry decides
             await self._emit(rec, stored.session, stored.pending)
             self._pending.pop(sid, None)
-            offered = stored.pending.offered
-            assert offered is not None  # it has a deadline
-            offer_ms = encode_time(offered.event_time)
+            offer_ms = self._join.anchor_ms(stored.pending)
+            assert offer_ms is not None  # it has a deadline
             if is_late(offer_ms, offers_ms, self._windows):
                 batch.delete(partition, sid)  # a re-sent offer would be late: no marker needed
             else:  # the offers input is behind (idle): a re-sent offer would be on time
-                done = StoredSuggestion(
-                    partition, stored.session, PendingSuggestion(), (), offer_ms
-                )
+                done = StoredSuggestion(partition, stored.session, None, (), offer_ms)
                 batch.put(partition, sid, done)
                 heapq.heappush(self._done[partition], (offer_ms, sid))
 
     def _offers_watermark(self, batch: Batch, partition: int) -> int | None:
-        value = batch.get(watermark_key("telemetry.suggestions", partition))
+        """The watermark of the anchors' input (offers, completions)."""
+        value = batch.get(watermark_key(self._join.topics[0], partition))
         return None if value is None else int(value)
 
     def _drop_done(self, batch: Batch, partition: int) -> None:
@@ -501,9 +491,11 @@ class RewardJoiner:
         while heap and offers_ms is not None and is_late(heap[0][0], offers_ms, self._windows):
             first, sid = heapq.heappop(heap)
             stored = self._load(batch, sid)
-            if stored is None or stored.pending.offered is not None or stored.done_ms is not None:
-                continue  # attributed, or its offer came: the deadline heap has it
-            if _first_event_ms(stored.pending) != first:
+            if stored is None or stored.done_ms is not None:
+                continue  # attributed
+            if self._join.anchor_ms(stored.pending) is not None:
+                continue  # its offer came: the deadline heap has it
+            if self._join.first_event_ms(stored.pending) != first:
                 continue  # an earlier event moved it: its own entry decides
             self._stats.expired += 1
             await self._orphan_letters(rec, sid, stored, offers_ms)
@@ -523,12 +515,9 @@ class RewardJoiner:
         key = stored.session.encode()
         held = stored.events
         if held is None:
-            pending = stored.pending
-            events: list[Event] = [e for e in (pending.outcome, *pending.edits) if e]
-            events += pending.tests
             held = tuple(
                 (topic, self._codec.encode(topic, e.to_record()))
-                for e in events
+                for e in self._join.held_events(stored.pending)
                 for topic in (self._topic_of[e.SCHEMA_NAME],)
             )
         for topic, value in held:
@@ -542,11 +531,8 @@ class RewardJoiner:
             )
             await self._out.dead_letter(rec, self._out.dlq_late, letter)
 
-    async def _emit(self, rec: SourceRecord, session_id: str, pending: PendingSuggestion) -> None:
-        attributed = rewards(
-            attribute(pending, self._windows), self._functions, self._clock(), self._out.producer
-        )
-        for reward in attributed:
+    async def _emit(self, rec: SourceRecord, session_id: str, pending: Any) -> None:
+        for reward in self._join.rewards(pending, self._clock(), self._out.producer):
             await self._out.emit(
                 rec, session_id.encode(), self._codec.encode("rewards", _rec(reward))
             )
@@ -555,9 +541,3 @@ class RewardJoiner:
 
 def _rec(reward: Reward) -> Mapping[str, Any]:
     return reward.to_record()
-
-
-def _first_event_ms(pending: PendingSuggestion) -> int | None:
-    """The earliest event time (epoch ms) of a suggestion's outcome, edits and test runs."""
-    times = [e.event_time for e in (pending.outcome, *pending.edits, *pending.tests) if e]
-    return encode_time(min(times)) if times else None

@@ -8,8 +8,6 @@ import json
 from collections.abc import Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
-from processors.rewards.attribution import PendingSuggestion
-
 MARK = "\x00"  # prefix of bookkeeping keys; no session id starts with NUL
 
 
@@ -47,7 +45,8 @@ class DictState:
 
 
 class StoredSuggestion:
-    """A suggestion's state as written to the table: JSON `{"p": partition, "k": session_id,
+    """A suggestion's (or another join's anchor's: a served completion) state as written to the
+    table: JSON `{"p": partition, "k": session_id,
     "e": [[platform_topic, base64 Avro value], ...]}`, the source records folded into it; once
     attributed, while a re-sent offer could still arrive on time, `{"p", "k", "d": the offer's
     event time}` (a done marker: events for it are duplicates).
@@ -62,7 +61,7 @@ class StoredSuggestion:
         self,
         partition: int,
         session: str,
-        pending: PendingSuggestion,
+        pending: Any,  # the join's pending state (PendingSuggestion, ...); None when done
         events: tuple[tuple[str, bytes], ...] | None,
         done_ms: int | None = None,
     ) -> None:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from processors.rewards.errors import RewardError
 from processors.rewards.functions import Attribution, RewardFunction
@@ -54,11 +54,16 @@ class Windows:
     allowed_lateness_ms: int = 30_000
 
     def __post_init__(self) -> None:
-        negative = {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) < 0
-        }
-        if negative:
-            raise RewardError(f"attribution windows must be >= 0 ms, got {negative}")
+        check_windows(self, "attribution windows")
+
+
+def check_windows(windows: Any, what: str) -> None:
+    """RewardError naming every negative field of the dataclass ``windows``."""
+    negative = {
+        f.name: getattr(windows, f.name) for f in fields(windows) if getattr(windows, f.name) < 0
+    }
+    if negative:
+        raise RewardError(f"{what} must be >= 0 ms, got {negative}")
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,14 @@ def deadline_ms(pending: PendingSuggestion, windows: Windows) -> int | None:
     return encode_time(pending.offered.event_time) + longest
 
 
-def is_late(event_time_ms: int, watermark_ms: int | None, windows: Windows) -> bool:
+class Lateness(Protocol):
+    """Windows with an allowed lateness (suggestion :class:`Windows`, completion feedback's)."""
+
+    @property
+    def allowed_lateness_ms(self) -> int: ...
+
+
+def is_late(event_time_ms: int, watermark_ms: int | None, windows: Lateness) -> bool:
     """True when an event is older than the watermark minus the allowed lateness (→ dlq.late).
 
     Nothing is late before the watermark exists (``watermark_ms`` None).

@@ -43,7 +43,7 @@ from streams.gateway.errors import (
     RequestRefused,
     UnsupportedMediaType,
 )
-from streams.gateway.keys import ApiKeyStore, KeyRecord
+from streams.gateway.keys import ApiKeyStore, KeyRecord, presented_key
 from streams.gateway.metrics import GatewayMetrics
 from streams.gateway.parsing import (
     MediaType,
@@ -175,7 +175,7 @@ class _Gateway:
         return Response(text, media_type=content_type)
 
     def _authenticate(self, request: Request) -> KeyRecord | Response:
-        secret = _presented_key(request)
+        secret = presented_key(request.headers)
         if secret is None:
             return _error(
                 401,
@@ -258,15 +258,6 @@ class _Gateway:
     def _sender_closed(self) -> bool:
         # TelemetryClient may not expose `closed`; a sender without it counts as open.
         return bool(getattr(self._sender, "closed", False))
-
-
-def _presented_key(request: Request) -> str | None:
-    """The secret from `Authorization: Bearer <key>`, else from `X-API-Key`; None if neither."""
-    authorization = request.headers.get("authorization")
-    if authorization is not None:
-        scheme, _, token = authorization.strip().partition(" ")
-        return token.strip() or None if scheme.lower() == "bearer" else None
-    return request.headers.get("x-api-key", "").strip() or None
 
 
 def _check_encoding(request: Request) -> None:

@@ -21,7 +21,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,16 @@ _FORMAT_VERSION = 1
 def default_key_path(home: Path) -> Path:
     """Where the gateway's keys live under a FLYWHEEL_HOME: `<home>/gateway/keys.json`."""
     return home / "gateway" / "keys.json"
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The secret a request presents: `Authorization: Bearer <key>`, else `X-API-Key`; None if
+    neither (the gateway's and the agent API's way, so OpenAI clients' `api_key` works)."""
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+    return headers.get("x-api-key", "").strip() or None
 
 
 def hash_secret(secret: str) -> str:

@@ -45,6 +45,7 @@ GATEWAY_EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             "EditObserved",
             "TestRunCompleted",
             "RolloutResult",
+            "AgentFeedback",
         )
     }
 )

@@ -123,7 +123,7 @@ def test_python_entry_points(tmp_path: Path) -> None:
     with analytics.connect(lake) as con:
         assert analytics.query("select 1 as one", con=con).fetchall() == [(1,)]
         names = [v.name for v in analytics.list_views(con, Catalog(lake))]
-        assert names[0] == "agent_tasks"  # topic views first, sorted
+        assert names[0] == "agent_completions"  # topic views first, sorted
         assert names[-1] == ANALYST_VIEWS[-1].name
 
 

@@ -42,7 +42,7 @@ def test_parsed_schema_is_parsed_once() -> None:
 
 @pytest.mark.parametrize("bad", ["Nope", "../catalog", "history", ""])
 def test_unknown_schema_names_raise_with_the_known_names(bad: str) -> None:
-    with pytest.raises(SchemaError, match="known schemas: AgentTask, ChannelPointer"):
+    with pytest.raises(SchemaError, match="known schemas: AgentCompletion, AgentFeedback, "):
         load_schema(bad)
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from schemas.catalog import load_schema, parsed_schema, schema_names
 from schemas.enums import (
+    AgentReaction,
     Channel,
     Decision,
     ModelEventType,
@@ -28,6 +29,8 @@ from schemas.errors import SchemaError
 from schemas.events import (
     EVENT_TYPES,
     NAMED_TYPES,
+    AgentCompletion,
+    AgentFeedback,
     AgentTask,
     ChannelPointer,
     EditObserved,
@@ -167,6 +170,19 @@ def examples() -> list[Event]:
         AgentTask(
             **COMMON, task_id="ps-1", environment="program-synthesis", difficulty=2,
             group_size=8, spec='{"kind":"str","ops":["reverse"],"examples":[],"tests":[]}',
+        ),
+        AgentCompletion(
+            **COMMON, completion_id="cmpl-1:0", request_id="cmpl-1", session_id="sess",
+            user_id="u-pseudo", api_key="ide", model_name="agent-lm", model_version=2,
+            channel="production", endpoint="completions", choice_index=0, prompt_tokens=3,
+            cached_prompt_tokens=0, completion_tokens=2, prompt_token_ids=(1, 2, 3),
+            completion_token_ids=(4, 2), behaviour_logprobs=(-0.5, -0.25),
+            completion_text="x", temperature=0.0, top_p=1.0, max_tokens=16, stop=("\n",),
+            finish_reason="stop", latency_ms=12, first_token_ms=5, privacy_mode=False,
+        ),
+        AgentFeedback(
+            **COMMON, completion_id="cmpl-1:0", session_id="sess",
+            reaction=AgentReaction.EDIT_PERSISTED, value=0.8,
         ),
         Reward(
             **COMMON, reward_id=str(uuid.uuid5(uuid.NAMESPACE_URL, "s1/tab@1")),

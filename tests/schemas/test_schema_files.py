@@ -18,6 +18,8 @@ EXPECTED_SCHEMAS = {
     "TestRunCompleted",
     "RolloutResult",
     "AgentTask",
+    "AgentCompletion",
+    "AgentFeedback",
     "Reward",
     "FeatureUpdate",
     "ModelVersionEvent",

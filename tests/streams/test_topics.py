@@ -31,7 +31,7 @@ def test_dead_letter_topics_exist_for_every_stage() -> None:
 
 def test_joined_topics_are_co_partitioned() -> None:
     joined = [t for t in TOPICS if t.key == "session_id" or t.name == "rewards"]
-    assert len(joined) == 5
+    assert len(joined) == 7
     assert len({t.partitions for t in joined}) == 1
 
 

@@ -29,7 +29,7 @@ from schemas.events import (
 )
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
-from streams.topics import TELEMETRY_TOPICS, TopicSpec
+from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS, TopicSpec
 from tests.sample_events import PRODUCER, offered
 
 pytestmark = pytest.mark.integration
@@ -44,14 +44,15 @@ class Topics:
 
     def __init__(self, prefix: str) -> None:
         self.telemetry = {f"{prefix}.{t}": t for t in TELEMETRY}
-        self.by_platform = {t: f"{prefix}.{t}" for t in TELEMETRY}
+        self.served = {f"{prefix}.{t}": t for t in (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)}
+        self.by_platform = {t: f"{prefix}.{t}" for t in (*TELEMETRY, *self.served.values())}
         self.rollouts = f"{prefix}.rollouts"
         self.rewards = f"{prefix}.rewards"
         self.dlq_late = f"{prefix}.dlq.late"
         self.dlq_joiner = f"{prefix}.dlq.joiner"
 
     def specs(self) -> list[TopicSpec]:
-        four = [*self.telemetry, self.rollouts, self.rewards]
+        four = [*self.telemetry, *self.served, self.rollouts, self.rewards]
         return [TopicSpec(n, "session_id", "test", 4) for n in four] + [
             TopicSpec(n, "original key", "dead letters", 1)
             for n in (self.dlq_late, self.dlq_joiner)
@@ -61,6 +62,8 @@ class Topics:
         out: list[str] = []
         for name, platform in self.telemetry.items():
             out += ["--telemetry-topic", f"{name}={platform}"]
+        for name, platform in self.served.items():
+            out += ["--completion-topic", f"{name}={platform}"]
         return [
             *out, "--rollouts-topic", self.rollouts, "--rewards-topic", self.rewards,
             "--dlq-late", self.dlq_late, "--dlq-joiner", self.dlq_joiner,
@@ -75,12 +78,14 @@ def topics(stack: Settings, unique: str) -> Topics:
 
 
 class Worker:
-    """`python -m flywheel process` with tiny windows: deadline = offer + 2 s, lateness 1 s."""
+    """`python -m flywheel process` with tiny windows: deadline = offer (completion) + 2 s,
+    lateness 1 s."""
 
     def __init__(self, settings: Settings, topics: Topics, app_id: str, log: Path) -> None:
         self.cmd = [
             sys.executable, "-m", "flywheel", "process", *topics.args(), "--app-id", app_id,
             "--outcome-window-s", "2", "--edits-window-s", "2", "--tests-window-s", "2",
+            "--feedback-window-s", "2",
             "--allowed-lateness-s", "1", "--group-size", "3", "--session-timeout-s", "6",
             "--status-every-s", "1", "--once-idle-s", "60", "--idle-s", "0",
         ]  # fmt: skip

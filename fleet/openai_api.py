@@ -1,0 +1,408 @@
+"""The OpenAI API's shapes, for the agent model's serving app: request parsing and validation,
+responses, stream chunks and errors (pure functions: the app in ``fleet.agent_app`` moves them).
+
+Requests follow the OpenAI reference for ``POST /v1/completions`` and ``/v1/chat/completions``:
+``model``, ``prompt`` or ``messages``, ``max_tokens`` (chat: also ``max_completion_tokens``),
+``temperature``, ``top_p``, ``n``, ``stop``, ``stream`` (+ ``stream_options.include_usage``),
+``user``, and ``prediction`` (Predicted Outputs: ``{"type": "content", "content": ...}``, the
+original code of an edit: the request is decoded speculatively). Parameters the replica does not
+implement (``seed``, ``logprobs``, penalties, tools, ...) are accepted and ignored, as a client
+library may send them; a known parameter of the wrong type is a 400 naming it. Flywheel reads
+two more body fields a client sends with ``extra_body``: ``session_id`` (the completion's
+session, for joining feedback; default: the response id) and ``privacy_mode`` (no token ids or
+text are recorded).
+
+Errors are OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fleet.agent_engine import Choice, Sampling
+
+Endpoint = Literal["completions", "chat.completions"]
+MAX_STOP = 4  # OpenAI's limit
+MAX_ID_CHARS = 256
+_ROLES = ("system", "user", "assistant", "developer", "tool")
+
+
+class ApiError(Exception):
+    """An OpenAI-style error response: ``status``, message, ``type``, ``param``, ``code``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",  # OpenAI's field name
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """A validated completion request. ``prompt`` is text (chat messages already rendered by
+    the app with the model's template) or token ids."""
+
+    endpoint: Endpoint
+    model: str
+    prompt: str | tuple[int, ...] | None
+    messages: tuple[Mapping[str, str], ...]
+    sampling: Sampling
+    stream: bool
+    include_usage: bool
+    user: str | None
+    session_id: str | None
+    privacy_mode: bool
+    prediction: str | None
+
+
+def parse_request(body: Any, endpoint: Endpoint, *, max_n: int) -> ApiRequest:
+    """The request in ``body`` (decoded JSON); ApiError 400 naming the parameter at fault."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    model = _string(body, "model", required=True)
+    assert model is not None
+    prompt: str | tuple[int, ...] | None = None
+    messages: tuple[Mapping[str, str], ...] = ()
+    if endpoint == "completions":
+        prompt = _prompt(body.get("prompt"))
+    else:
+        messages = _messages(body.get("messages"))
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = 16 if limit is None else _int(limit, "max_tokens", low=1)
+    n = 1 if body.get("n") is None else _int(body["n"], "n", low=1)
+    if n > max_n:
+        raise ApiError(
+            400, f"n is {n}; this replica serves at most {max_n} choices per request", param="n"
+        )
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_low=True),
+        stop=_stop(body.get("stop")),
+        n=n,
+    )
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object", param="stream_options")
+    return ApiRequest(
+        endpoint=endpoint,
+        model=model,
+        prompt=prompt,
+        messages=messages,
+        sampling=sampling,
+        stream=stream,
+        include_usage=bool(options and options.get("include_usage") is True),
+        user=_string(body, "user"),
+        session_id=_string(body, "session_id"),
+        privacy_mode=_bool(body, "privacy_mode"),
+        prediction=_prediction(body.get("prediction")),
+    )
+
+
+def _string(body: Mapping[str, Any], name: str, *, required: bool = False) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ApiError(
+                400, f"you must provide {name!r}", param=name, code="missing_required_parameter"
+            )
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
+        raise ApiError(
+            400,
+            f"{name} must be a non-empty string of at most {MAX_ID_CHARS} characters",
+            param=name,
+        )
+    return value
+
+
+def _bool(body: Mapping[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false, got {_show(value)}", param=name)
+    return value
+
+
+def _int(value: Any, name: str, *, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ApiError(400, f"{name} must be an integer >= {low}, got {_show(value)}", param=name)
+    return value
+
+
+def _number(
+    body: Mapping[str, Any],
+    name: str,
+    default: float,
+    low: float,
+    high: float,
+    *,
+    open_low: bool = False,
+) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (low < value if open_low else low <= value) or value > high:
+        interval = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+        raise ApiError(
+            400, f"{name} must be a number in {interval}, got {_show(value)}", param=name
+        )
+    return float(value)
+
+
+def _prompt(value: Any) -> str | tuple[int, ...]:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+        value = value[0]  # a batch of one prompt
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(_is_token(t) for t in value):
+        return tuple(value)
+    if value is None:
+        raise ApiError(
+            400, "you must provide 'prompt'", param="prompt", code="missing_required_parameter"
+        )
+    raise ApiError(
+        400,
+        "prompt must be a string, a list of token ids, or a list of one of "
+        "them (send one prompt per request; ask for choices with n)",
+        param="prompt",
+    )
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _messages(value: Any) -> tuple[Mapping[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise ApiError(
+            400, "messages must be a non-empty array of {role, content}", param="messages"
+        )
+    out = []
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            raise ApiError(
+                400, f"{where}: an object with a role, one of {', '.join(_ROLES)}", param=where
+            )
+        out.append({"role": message["role"], "content": _content(message.get("content"), where)})
+    return tuple(out)
+
+
+def _content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # content parts: text only
+        texts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        if len(texts) == len(value) and all(isinstance(t, str) for t in texts):
+            return "".join(str(t) for t in texts)
+    raise ApiError(400, f"{where}.content must be a string or text parts", param=f"{where}.content")
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if (
+        not isinstance(stops, list)
+        or len(stops) > MAX_STOP
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise ApiError(
+            400, f"stop must be a string or up to {MAX_STOP} non-empty strings", param="stop"
+        )
+    return tuple(stops)
+
+
+def _prediction(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dict) and value.get("type") == "content":
+        content = value.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            return _content(content, "prediction")
+    raise ApiError(
+        400,
+        'prediction must be {"type": "content", "content": <the expected text>}',
+        param="prediction",
+    )
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def render_chat(messages: Sequence[Mapping[str, str]], tokenizer: Any) -> str:
+    """The prompt text of a conversation: the tokenizer's own chat template when it has one (a
+    foreign checkpoint), else ours: one ``<role>: <content>`` line per message and
+    ``assistant:`` to answer."""
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        return str(text)
+    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    return "\n".join([*lines, "assistant:"])
+
+
+# Responses ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Served:
+    """What answered a request: the response id, the model name, version and channel."""
+
+    response_id: str
+    model: str
+    version: int
+    channel: str
+    created: int
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{self.model}-v{self.version}"
+
+    def completion_id(self, index: int) -> str:
+        """The id a feedback event names (``AgentFeedback.completion_id``)."""
+        return f"{self.response_id}:{index}"
+
+
+def new_created() -> int:
+    return int(time.time())
+
+
+def _object(endpoint: Endpoint, chunk: bool) -> str:
+    if endpoint == "completions":
+        return "text_completion"
+    return "chat.completion.chunk" if chunk else "chat.completion"
+
+
+def usage(prompt_tokens: int, cached: int, choices: Sequence[Choice]) -> dict[str, Any]:
+    completion = sum(len(c.token_ids) for c in choices)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def _header(served: Served, endpoint: Endpoint, chunk: bool) -> dict[str, Any]:
+    return {
+        "id": served.response_id,
+        "object": _object(endpoint, chunk),
+        "created": served.created,
+        "model": served.model,
+        "system_fingerprint": served.fingerprint,
+    }
+
+
+def _flywheel(served: Served, choices: int) -> dict[str, Any]:
+    """Flywheel's own field: the version and channel served, and the completion ids to send
+    feedback with."""
+    return {
+        "version": served.version,
+        "channel": served.channel,
+        "completion_ids": [served.completion_id(i) for i in range(choices)],
+    }
+
+
+def response_body(
+    served: Served, endpoint: Endpoint, choices: Sequence[Choice], usage_: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The plain JSON response."""
+    body = _header(served, endpoint, chunk=False)
+    if endpoint == "completions":
+        body["choices"] = [
+            {"index": c.index, "text": c.text, "finish_reason": _reason(c), "logprobs": None}
+            for c in choices
+        ]
+    else:
+        body["choices"] = [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "finish_reason": _reason(c),
+                "logprobs": None,
+            }
+            for c in choices
+        ]
+    body["usage"] = dict(usage_)
+    body["flywheel"] = _flywheel(served, len(choices))
+    return body
+
+
+def chunk(
+    served: Served,
+    endpoint: Endpoint,
+    index: int,
+    text: str | None,
+    finish_reason: str | None = None,
+    *,
+    first: bool = False,
+) -> dict[str, Any]:
+    """One stream chunk of choice ``index``: new text, or its finish reason."""
+    body = _header(served, endpoint, chunk=True)
+    if endpoint == "completions":
+        choice: dict[str, Any] = {"index": index, "text": text or "", "logprobs": None}
+    else:
+        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": index, "delta": delta, "logprobs": None}
+    choice["finish_reason"] = finish_reason
+    body["choices"] = [choice]
+    return body
+
+
+def usage_chunk(served: Served, endpoint: Endpoint, usage_: Mapping[str, Any]) -> dict[str, Any]:
+    """The last chunk when the client asked for ``stream_options.include_usage``."""
+    body = _header(served, endpoint, chunk=True)
+    body["choices"] = []
+    body["usage"] = dict(usage_)
+    body["flywheel"] = _flywheel(served, 0)
+    return body
+
+
+def sse(data: Mapping[str, Any] | str) -> bytes:
+    """One server-sent event: ``data: <json>`` and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {text}\n\n".encode()
+
+
+def _reason(choice: Choice) -> str:
+    # "cancelled" is ours (the client went away): such a response is never read.
+    return choice.finish_reason or "length"
