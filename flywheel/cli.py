@@ -10,12 +10,13 @@ import click
 from flywheel import logs
 from ground.errors import FlywheelError
 
-# Command name -> the module under flywheel/commands/ defining it (same name). Imported when the
-# command runs (or `--help` lists them): a worker such as `flywheel sink` then never imports
-# torch, mosaicml-streaming or matplotlib (~1 GB resident and seconds of start-up).
+# Command name -> the module under flywheel/commands/ defining it (same name, "-" as "_"; so is
+# the command's function). Imported when the command runs (or `--help` lists them): a worker
+# such as `flywheel sink` then never imports torch, mosaicml-streaming or matplotlib (~1 GB
+# resident and seconds of start-up).
 COMMANDS = (
     "stack", "topics", "demo", "features", "gateway", "process", "simulate", "sink", "query",
-    "report", "learn", "models", "doctor", "privacy", "serve", "rollouts",
+    "report", "learn", "models", "doctor", "privacy", "serve", "rollouts", "agent-users",
 )  # fmt: skip
 
 
@@ -29,10 +30,9 @@ class _FlywheelGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module = importlib.import_module(f"flywheel.commands.{cmd_name}")
-        return cast(
-            click.Command, getattr(module, cmd_name)
-        )  # tests/flywheel/test_cli.py runs each
+        name = cmd_name.replace("-", "_")
+        module = importlib.import_module(f"flywheel.commands.{name}")
+        return cast(click.Command, getattr(module, name))  # tests/flywheel/test_cli.py runs each
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

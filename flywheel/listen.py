@@ -28,6 +28,13 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now, for a service this process starts next (the demo's)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def run_server(app: Any, sock: socket.socket) -> None:
     """Run the ASGI ``app`` with uvicorn on ``sock`` until Ctrl-C or SIGTERM; closes ``sock``.
 

@@ -1,6 +1,7 @@
 """`flywheel learn --recipe agent`: the agent LM's continuous RL learner (DESIGN §12).
 
-    wait for rewarded trials in the lake → token windows (learner.agent_windows)
+    wait for rewarded trials (sandbox rollouts, and completions served to users) in the lake
+      → token windows (learner.agent_windows; the mix: windows.served_weight)
       → GRPO on them, warm-started from production (checkpoints, autoresume, microbatches)
       → the eval suite: candidate vs production, paired, on held-out tasks (learner.agent_gate)
       → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
@@ -184,6 +185,7 @@ class AgentLearner:
             **decision.metrics(),
             "train_tokens": float(fit.progress.tokens),
             "train_rows": float(rows),
+            "served_rows": float(sum(w.served_rows for w in new)),
             "train_s": train_s,
             "train_loss": fit.losses[-1] if fit.losses else float("nan"),
             "stale_rows": float(stale),
@@ -194,7 +196,8 @@ class AgentLearner:
         self._register(version, production, candidate, new, metrics)
         self.log(
             f"v{version}: trained {fit.progress.tokens:,} tokens of {metrics['train_rows']:.0f} "
-            f"trials ({stale} stale) in {train_s:.0f}s; eval pass@1 {result.pass_at_1:.1%} vs "
+            f"trials ({metrics['served_rows']:.0f} served, {stale} stale) in {train_s:.0f}s; "
+            f"eval pass@1 {result.pass_at_1:.1%} vs "
             f"v{production.version} {decision.production_pass_at_1:.1%}"
         )
         return self.lifecycle.gate(version, production.version, decision.passed, decision.reason,

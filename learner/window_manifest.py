@@ -66,11 +66,13 @@ class WindowRecord:
     max_event_time_ms: int | None = None
     created_at: str = ""
     max_attributed_ms: int | None = None  # newest reward in the window (processor clock)
-    # Token windows (learner.agent_windows): Rewards whose rollout never reached the lake, rows
-    # without signal (advantage 0), and completion tokens the window trains.
+    # Token windows (learner.agent_windows): Rewards whose tokens never reached the lake, rows
+    # without signal (advantage 0), completion tokens the window trains, and its rows that are
+    # completions served to users (the rest are sandbox trials).
     expired_rows: int = 0
     zero_advantage_rows: int = 0
     trained_tokens: int = 0
+    served_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

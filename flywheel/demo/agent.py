@@ -1,14 +1,19 @@
-"""The demo's agent loop: warm-up, rollout workers, the RL learner — and its result rows.
+"""The demo's agent loop: warm-up, rollout workers, serving, users, the RL learner — and its
+result rows.
 
     flywheel learn --recipe agent-sft   the first version (v1; a finished warm-up with the same
                                         config is reused, so only the first demo pays for it)
     flywheel rollouts --from-pool …     groups of trials with production (and the canary)
+    flywheel serve --kind agent         the OpenAI API: every completion an AgentCompletion
+    flywheel agent-users                simulated users calling it, reacting (AgentFeedback)
     flywheel learn --recipe agent       windows → GRPO → eval-suite gate → canary → promote
 
-The joiner turns complete groups into grpo@1 Rewards and the sink lands trials and Rewards in
-the lake, as for every other topic. Per version the results keep the eval suite's pass@1 and
-its lift's lower bound (from the ModelVersionEvents), the online trial reward and trial count
-(from the lake), tokens trained, stale trials, data → live and the decision.
+The joiner turns complete groups into grpo@1 Rewards and served completions + reactions into
+agent_use@1 Rewards; the sink lands trials, completions and Rewards in the lake, as for every
+other topic; the learner trains on both (real-time RL). Per version the results keep the eval
+suite's pass@1 and its lift's lower bound (from the ModelVersionEvents), the online trial reward
+and trial count, the served completions' reward (from the lake), tokens trained and the share of
+served rows in them, stale trials, data → live and the decision.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ import duckdb
 
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
+from learner.agent_windows import TRIALS, RowSource
 from learner.loop import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import DECIDED, VersionState
 from schemas.enums import ModelEventType
 
 GROUP_SIZE = 8  # the joiner's default group size: groups complete on their last trial
+USERS_RATE_PER_S = 1.0  # agent users' requests: a share of the CPU the rollout workers also need
 
 
 def warm_up_spec(model_name: str) -> WorkerSpec:
@@ -32,15 +39,22 @@ def warm_up_spec(model_name: str) -> WorkerSpec:
                       finishes=True)  # fmt: skip
 
 
-def agent_specs(model_name: str, versions: int, run_id: str) -> list[WorkerSpec]:
-    """The rollout worker and the RL learner, started once the warm-up has registered v1."""
+def agent_specs(model_name: str, versions: int, run_id: str, port: int) -> list[WorkerSpec]:
+    """The rollout worker, a serving replica and its users, and the RL learner, started once
+    the warm-up has registered v1."""
     rollouts = [
         "rollouts", "--model", model_name, "--from-pool", "program-synthesis",
         "--group-size", str(GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
         "--status-every-s", "15",
     ]  # fmt: skip
+    serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port), "--no-auth",
+             "--replica-id", f"demo-{run_id}-agent", "--status-every-s", "15"]  # fmt: skip
+    users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
+             "--rate", str(USERS_RATE_PER_S), "--name", f"demo-{run_id}-users"]  # fmt: skip
     return [
         WorkerSpec("rollouts", rollouts),
+        WorkerSpec("agent-serve", serve),
+        WorkerSpec("agent-users", users),
         WorkerSpec(
             "agent-learner",
             ["learn", "--recipe", "agent", "--model", model_name, "--max-versions", str(versions)],
@@ -49,29 +63,38 @@ def agent_specs(model_name: str, versions: int, run_id: str) -> list[WorkerSpec]
     ]
 
 
-def online_rewards(lake: Path, model_name: str) -> dict[int, tuple[float, int]]:
-    """Version → (mean trial reward, trials) of ``model_name``'s grpo@1 Rewards in the lake."""
+def online_rewards(
+    lake: Path, model_name: str, source: RowSource = TRIALS
+) -> dict[int, tuple[float, int]]:
+    """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` (sandbox trials,
+    or completions served to users) in the lake."""
     files = sorted(str(p) for p in (lake / "rewards").rglob("*.parquet"))
     if not files:
         return {}
     with duckdb.connect() as con:
         rows = con.execute(
             "select model_version, avg(reward), count(*) from read_parquet($files, "
-            "union_by_name = true) where model_name = $model and reward_fn = 'grpo@1' "
-            "and source = 'ROLLOUT' group by model_version",
-            {"files": files, "model": model_name},
-        ).fetchall()
+            "union_by_name = true) where model_name = $model and reward_fn = $fn "
+            "and source = $source group by model_version",
+            {"files": files, "model": model_name, "fn": source.reward_fn,
+             "source": source.reward_source},
+        ).fetchall()  # fmt: skip
     return {int(v): (float(mean), int(n)) for v, mean, n in rows}
 
 
 def agent_version_results(
-    states: Mapping[int, VersionState], online: Mapping[int, tuple[float, int]], started: float
+    states: Mapping[int, VersionState],
+    online: Mapping[int, tuple[float, int]],
+    served: Mapping[int, tuple[float, int]],
+    started: float,
 ) -> list[AgentVersionResult]:
-    """One row per registered agent version, in version order."""
+    """One row per registered agent version, in version order: ``online`` and ``served`` are
+    :func:`online_rewards` of the trials and of the served completions."""
     rows = []
     for version, state in sorted(states.items()):
         metrics = state.latest.metrics
         reward, trials = online.get(version, (None, 0))
+        served_reward, served_count = served.get(version, (None, 0))
         promoted = [e for e in state.events if e.event_type is ModelEventType.PROMOTED]
         last_ms = metrics.get(WINDOW_LAST_EVENT_METRIC)
         live_s = None
@@ -95,6 +118,10 @@ def agent_version_results(
                 decided_at_s=(
                     state.updated_at.timestamp() - started if state.status in DECIDED else None
                 ),
+                train_rows=int(metrics.get("train_rows", 0)),
+                served_rows=int(metrics.get("served_rows", 0)),
+                served_reward=served_reward,
+                served=served_count,
             )
         )
     return rows

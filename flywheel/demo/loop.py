@@ -33,7 +33,9 @@ from flywheel.demo.fleet_driver import FleetDriver
 from flywheel.demo.measure import LiveVersions, Timeline, version_results
 from flywheel.demo.results import RunResults
 from flywheel.demo.workers import Workers, WorkerSpec
+from flywheel.listen import free_port
 from flywheel.settings import Settings
+from learner.agent_windows import SERVED
 from learner.config import LearnerConfig
 from learner.features import OnlineFeatureProvider
 from model_registry.registry import DECIDED, ModelRegistry, VersionState
@@ -58,6 +60,9 @@ _TIMELINE_S = 10.0
 # topic's watermark of an earlier run (outcomes, edits, tests trail their offers by minutes)
 # stays behind the new run's first events.
 JOINER_LATENESS_S = 60
+# The simulated agent users react within seconds of a completion: a short feedback window gets
+# their rewards to the learner sooner (the production default is 5 minutes).
+FEEDBACK_WINDOW_S = 20
 FLEET_START_MARGIN = timedelta(hours=1)
 
 
@@ -154,6 +159,8 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
                 str(JOINER_LATENESS_S),
                 "--app-id",
                 joiner_group(options),
+                "--feedback-window-s",
+                str(FEEDBACK_WINDOW_S),
             ],
         ),
         WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
@@ -254,8 +261,9 @@ class Demo:
                 )
             if o.agent:
                 results.agent_versions = agent_version_results(
-                    self._agent_states(), online_rewards(s.lake, o.agent_model), self.started
-                )
+                    self._agent_states(), online_rewards(s.lake, o.agent_model),
+                    online_rewards(s.lake, o.agent_model, SERVED), self.started,
+                )  # fmt: skip
             results.save(self.run_dir, s.lake)
         return results
 
@@ -311,7 +319,8 @@ class Demo:
             finished = workers.check()
             driver.check()
             if o.agent and not agent_started and "agent-sft" in finished:
-                for spec in agent_specs(o.agent_model, o.agent_versions, o.run_id):
+                port = free_port()
+                for spec in agent_specs(o.agent_model, o.agent_versions, o.run_id, port):
                     workers.start(spec)  # the warm-up registered v1: RL starts from it
                 agent_started = True
             if now >= next_slow:

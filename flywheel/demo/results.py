@@ -65,6 +65,16 @@ class AgentVersionResult:
     decision: str
     reason: str | None
     decided_at_s: float | None
+    # Real-time RL: rows of its training windows that were completions served to the agent users
+    # (of train_rows), and the mean agent_use@1 reward of the completions this version served.
+    train_rows: int = 0
+    served_rows: int = 0
+    served_reward: float | None = None
+    served: int = 0
+
+    @property
+    def served_share(self) -> float | None:
+        return self.served_rows / self.train_rows if self.train_rows else None
 
 
 @dataclass(frozen=True)

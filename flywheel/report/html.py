@@ -78,6 +78,8 @@ AGENT_COLUMNS = (
     "online reward",
     "trials",
     "tokens trained",
+    "served share",
+    "served reward",
     "stale",
     "data → live (s)",
     "decision",
@@ -94,6 +96,8 @@ def agent_cells(v: AgentVersionResult) -> list[str]:
         _num(v.online_reward, ".3f"),
         f"{v.trials:,}",
         f"{v.train_tokens:,}",
+        _num(v.served_share, ".0%"),
+        f"{_num(v.served_reward, '.3f')} ({v.served:,})",
         f"{v.stale_rows:,}",
         _num(v.data_to_live_s, ".0f"),
         v.decision,
@@ -101,16 +105,20 @@ def agent_cells(v: AgentVersionResult) -> list[str]:
 
 
 def agent_headline_text(results: RunResults) -> str:
+    versions = results.agent_versions
+    trained = sum(v.train_rows for v in versions)
+    share = sum(v.served_rows for v in versions) / trained if trained else 0.0
+    served = f" Served-token rewards: {share:.0%} of the {trained:,} rows trained on."
     pair = results.agent_headline()
     if pair is None:
-        tried = len(results.agent_versions) - 1
+        tried = len(versions) - 1
         return (f"Agent: no RL version promoted ({max(tried, 0)} candidate(s) decided); "
-                "production stays the warm-up.")  # fmt: skip
+                f"production stays the warm-up.{served}")  # fmt: skip
     first, best = pair
     lift = (best.eval_pass_at_1 or 0.0) - (first.eval_pass_at_1 or 0.0)
     return (
         f"Agent: best promoted v{best.version} eval pass@1 {best.eval_pass_at_1:.1%} vs "
-        f"v{first.version} {first.eval_pass_at_1:.1%} ({lift * 100:+.1f} points)."
+        f"v{first.version} {first.eval_pass_at_1:.1%} ({lift * 100:+.1f} points).{served}"
     )
 
 

@@ -28,6 +28,7 @@ def _event(version: int, kind: ModelEventType, second: int, **metrics: float) ->
 def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> None:
     gated = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
              "eval_pass_lift_lower": 0.005, "train_tokens": 8315.0, "stale_rows": 3.0,
+             "train_rows": 400.0, "served_rows": 96.0,
              WINDOW_LAST_EVENT_METRIC: (T0.timestamp() + 100) * 1000}  # fmt: skip
     states = fold_versions([
         _event(1, ModelEventType.REGISTERED, 0, eval_pass_at_1=0.155),
@@ -38,13 +39,17 @@ def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> 
         _event(3, ModelEventType.REGISTERED, 300, eval_pass_at_1=0.18),
         _event(3, ModelEventType.GATE_FAILED, 301, eval_pass_at_1=0.18),
     ])  # fmt: skip
-    rows = agent_version_results(states, {1: (0.08, 4000), 2: (0.09, 3700)}, T0.timestamp())
+    served = {2: (0.31, 40)}
+    rows = agent_version_results(states, {1: (0.08, 4000), 2: (0.09, 3700)}, served,
+                                 T0.timestamp())  # fmt: skip
     v1, v2, v3 = rows
     assert (v1.eval_pass_at_1, v1.online_reward, v1.trials, v1.decision) == (
         0.155, 0.08, 4000, "PROMOTED")  # fmt: skip
     assert v2.eval_pass_lower == pytest.approx(0.16)  # production 15.5% + the lift's bound
     assert v2.data_to_live_s == pytest.approx(82.0)  # newest reward at +100 s, promoted at +182
     assert (v2.train_tokens, v2.stale_rows, v2.decided_at_s) == (8315, 3, 182.0)
+    assert (v2.served_share, v2.served_reward, v2.served) == (0.24, 0.31, 40)
+    assert (v1.served_share, v1.served_reward, v1.served) == (None, None, 0)
     assert (v3.online_reward, v3.trials, v3.decision, v3.data_to_live_s) == (
         None, 0, "GATE_FAILED", None)  # fmt: skip
     options = DemoOptions(None, 6, 900, 200, "gate", "run", loop="both", agent_versions=4)  # type: ignore[arg-type]

@@ -93,6 +93,8 @@ def _agent(version: int, decision: str, pass_at_1: float) -> AgentVersionResult:
         eval_pass_lower=pass_at_1 - 0.03, online_reward=pass_at_1 + 0.05, trials=800,
         train_tokens=12_000 * (version > 1), stale_rows=0, data_to_live_s=30.0,
         decision=decision, reason=f"{decision.lower()} because", decided_at_s=60.0 * version,
+        train_rows=400 * (version > 1), served_rows=100 * (version > 1), served_reward=0.25,
+        served=120,
     )  # fmt: skip
 
 
@@ -106,7 +108,8 @@ def with_agent(results: RunResults) -> RunResults:
 def test_the_agent_headline_compares_the_best_promoted_version_with_the_first() -> None:
     results = with_agent(sample_results())
     assert agent_headline_text(results) == (
-        "Agent: best promoted v3 eval pass@1 21.0% vs v1 15.5% (+5.5 points)."
+        "Agent: best promoted v3 eval pass@1 21.0% vs v1 15.5% (+5.5 points). "
+        "Served-token rewards: 25% of the 800 rows trained on."
     )
     results.agent_versions = results.agent_versions[:2]
     assert "no RL version promoted (1 candidate(s) decided)" in agent_headline_text(results)
@@ -118,6 +121,7 @@ def test_agent_rows_round_trip_and_render(tmp_path: Path) -> None:
     assert RunResults.load(path) == results
     text = write_report(results, tmp_path / "report").read_text()
     assert "agent-run-1" in text and "21.0%" in text and 'title="gate_failed because"' in text
+    assert "served share" in text and "0.250 (120)" in text
     assert (tmp_path / "report" / "agent.png").read_bytes()[:4] == b"\x89PNG"
 
 

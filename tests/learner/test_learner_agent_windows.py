@@ -1,4 +1,5 @@
-"""Token windows from a small lake: rollouts joined to their grpo@1 Rewards, held, expired."""
+"""Token windows from a small lake: rollouts and served completions joined to their Rewards,
+held, expired, mixed."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ import pytest
 from learner.agent_windows import TokenWindowConfig, build_agent_window, group_number
 from learner.window_manifest import read_manifest
 from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
-from schemas.events import RolloutResult
+from processors.rewards.served import (
+    FeedbackWindows,
+    PendingCompletion,
+    add_completion_event,
+    completion_rewards,
+)
+from schemas.enums import AgentReaction
+from schemas.events import AgentCompletion, AgentFeedback, RolloutResult
 from schemas.records import AvroRecord
-from streams.topics import REWARDS_TOPIC, ROLLOUTS_TOPIC
+from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
 from tests.learner.agent_lake import write_lake_file
 
 T0 = datetime(2026, 12, 1, 10, tzinfo=UTC)
@@ -112,3 +120,78 @@ def test_a_completion_longer_than_a_row_names_the_setting(tmp_path: Path, seq_le
     with pytest.raises(LearnerError, match="seq_len"):
         build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, now=T0,
                            config=TokenWindowConfig(seq_len=3, rows_per_sample=4))  # fmt: skip
+
+
+def _served(cid: str, version: int = 4, private: bool = False) -> AgentCompletion:
+    return AgentCompletion(
+        producer="serve/t", event_time=T0, completion_id=cid, request_id=cid.split(":")[0],
+        session_id="s", user_id="u", api_key="ide", model_name="agent-lm", model_version=version,
+        channel="production", endpoint="completions", choice_index=0, prompt_tokens=2,
+        cached_prompt_tokens=0, completion_tokens=2,
+        prompt_token_ids=None if private else (5, 6),
+        completion_token_ids=None if private else (7, 2),
+        behaviour_logprobs=None if private else (-0.3, -0.2), completion_text=None,
+        temperature=1.0, top_p=1.0, max_tokens=8, finish_reason="stop", latency_ms=5,
+        privacy_mode=private,
+    )  # fmt: skip
+
+
+def _use_reward(completion: AgentCompletion, *reactions: AgentReaction) -> AvroRecord:
+    """The joiner's agent_use@1 Reward of ``completion`` given ``reactions``."""
+    pending = PendingCompletion(completion)
+    for i, reaction in enumerate(reactions):
+        pending = add_completion_event(pending, AgentFeedback(
+            producer="ide/t", event_time=T0, event_id=f"f-{completion.completion_id}-{i}",
+            completion_id=completion.completion_id, session_id="s", reaction=reaction,
+        ))  # fmt: skip
+    (reward,) = completion_rewards(pending, FeedbackWindows(), T0, "test")
+    return reward
+
+
+def test_served_completions_join_the_mix_against_their_version_baseline(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    trials = _group("g1", [1.0, 0.0])
+    liked, disliked, ignored = _served("r1:0"), _served("r2:0"), _served("r3:0")
+    other_version, private = _served("r4:0", version=5), _served("r5:0", private=True)
+    _write(lake, ROLLOUTS_TOPIC, trials)
+    _write(lake, COMPLETIONS_TOPIC, [liked, disliked, ignored, other_version, private])
+    _write(lake, REWARDS_TOPIC, [
+        *_rewards(trials),
+        _use_reward(liked, AgentReaction.ACCEPTED, AgentReaction.TESTS_PASSED),
+        _use_reward(disliked, AgentReaction.REVERTED),
+        _use_reward(ignored),  # nobody reacted: no signal
+        _use_reward(other_version, AgentReaction.ACCEPTED),  # alone in its version: no baseline
+        _use_reward(private, AgentReaction.ACCEPTED),  # privacy mode: no tokens to train on
+    ])  # fmt: skip
+    config = TokenWindowConfig(seq_len=16, rows_per_sample=4, hold_s=60, served_weight=0.25)
+    build = lambda now, config=config: build_agent_window(  # noqa: E731
+        lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=config, now=now
+    )
+    assert build(T0 + timedelta(seconds=30)) is None  # held: the private one has no tokens yet
+    record = build(T0 + timedelta(seconds=61))
+    assert record is not None
+    assert (record.rows, record.served_rows, record.expired_rows) == (4, 2, 1)
+    assert record.zero_advantage_rows == 2  # the ignored one, and the lone v5 one
+    rows = _samples(mds / "d" / record.name)
+    assert rows["weight"].tolist() == [1.0, 1.0, 0.25, 0.25]
+    np.testing.assert_allclose(rows["advantage"], [1, -1, 1, -1], atol=1e-4)
+    assert rows["input_ids"][2, :4].tolist() == [5, 6, 7, 2]
+    np.testing.assert_allclose(rows["behaviour"][2, 2:4], [-0.3, -0.2], rtol=1e-6)
+    assert rows["group"][2] == group_number("served/v4")
+
+
+def test_served_weight_zero_trains_sandbox_trials_only(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    trials, liked, disliked = _group("g1", [1.0, 0.0]), _served("r1:0"), _served("r2:0")
+    _write(lake, ROLLOUTS_TOPIC, trials)
+    _write(lake, COMPLETIONS_TOPIC, [liked, disliked])
+    _write(lake, REWARDS_TOPIC, [*_rewards(trials), _use_reward(liked, AgentReaction.ACCEPTED),
+                                 _use_reward(disliked, AgentReaction.REVERTED)])  # fmt: skip
+    config = TokenWindowConfig(seq_len=16, rows_per_sample=4, served_weight=0.0)
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=config,
+                                now=T0)  # fmt: skip
+    assert record is not None and (record.rows, record.served_rows, record.skipped_rows) == (
+        2,
+        0,
+        2,
+    )

@@ -1,0 +1,86 @@
+"""`flywheel agent-users`: simulated users of the agent model's API (simulator/agent_users.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import click
+
+from flywheel.clients import telemetry_client
+from flywheel.console import err, out
+from flywheel.settings import Settings
+from flywheel.signals import stop_on_signals
+
+
+@click.command("agent-users")
+@click.option(
+    "--url",
+    default="http://127.0.0.1:8090",
+    show_default=True,
+    help="Base URL of the OpenAI-compatible API (`flywheel serve --kind agent`).",
+)
+@click.option(
+    "--api-key",
+    envvar="FLYWHEEL_API_KEY",
+    default=None,
+    help="Bearer key (env FLYWHEEL_API_KEY); none for a server run with --no-auth.",
+)
+@click.option("--model", default="agent-lm", show_default=True)
+@click.option("--users", default=16, show_default=True, type=click.IntRange(1))
+@click.option("--rate", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Requests per second, all users together.")  # fmt: skip
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Requests in flight at once (the server batches them).")  # fmt: skip
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--max-tokens", default=24, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--max-requests", default=None, type=click.IntRange(1), help="Stop after this many.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--name", default="agent-users", show_default=True,
+              help="Names the users, sessions and the SDK spool.")  # fmt: skip
+@click.option("--status-every-s", default=15.0, show_default=True, type=click.FloatRange(0.1))
+def agent_users(
+    url: str,
+    api_key: str | None,
+    model: str,
+    users: int,
+    rate: float,
+    concurrency: int,
+    temperature: float,
+    max_tokens: int,
+    max_requests: int | None,
+    seed: int,
+    name: str,
+    status_every_s: float,
+) -> None:
+    """Simulated developers using the agent model through its API, reacting to what it wrote.
+
+    Each request asks MODEL to write the function of a training task of program-synthesis; the
+    user applies the completion, and the task's hidden tests (run in the sandbox) decide the
+    reaction: accepted / tests passed / edit persisted, accepted with failing tests, or reverted
+    and a dissatisfied follow-up; some completions are ignored. Reactions are AgentFeedback
+    events (agent.feedback, through the SDK) that the joiner turns into agent_use@1 Rewards.
+    """
+    from simulator.agent_users import AgentUsers, AgentUsersConfig
+
+    settings = Settings.from_env()
+    config = AgentUsersConfig(
+        model=model, users=users, rate_per_s=rate, concurrency=concurrency,
+        temperature=temperature, max_tokens=max_tokens, seed=seed,
+    )  # fmt: skip
+    client = telemetry_client(settings, name)
+    sim = AgentUsers(config, url, client.agent_feedback, api_key=api_key, name=name)
+    stop = stop_on_signals()
+    out.print(f"[green]agent-users[/] {users} users of {model} at {url}, {rate:g} requests/s; "
+              "Ctrl-C to stop")  # fmt: skip
+    runner = threading.Thread(target=sim.run, args=(stop, max_requests), daemon=True)
+    runner.start()
+    try:
+        while runner.is_alive():
+            runner.join(status_every_s)
+            err.print(sim.stats.line(), highlight=False)
+    finally:
+        stop.set()
+        runner.join()
+        sim.close()
+        client.close()
+    out.print(f"agent-users stopped: {sim.stats.line()}")
