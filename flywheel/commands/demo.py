@@ -125,7 +125,7 @@ def agent_table(results: RunResults) -> Table:
     default="both",
     show_default=True,
     help="tab: the suggestion-gate loop. agent: the agent LM's loop (warm-up, rollout workers, "
-    "RL learner). both: the two together.",
+    "serving and its users, RL learner). both: the two together.",
 )
 @click.option(
     "--agent-versions",
@@ -151,8 +151,10 @@ def demo(
     The suggestion-gate loop (tab) starts the simulated IDE fleet (v0 heuristic policy), the
     online feature processor and the continuous gate learner; the fleet follows every model the
     learner publishes, until VERSIONS are decided. The agent loop warms the agent LM up (v1; a
-    finished warm-up of the same config is reused), then runs a rollout worker and the RL
-    learner until AGENT-VERSIONS are decided. Both share the reward joiner and the lake sink.
+    finished warm-up of the same config is reused), then runs a rollout worker, a serving
+    replica of the OpenAI API with simulated users reacting to its completions, and the RL
+    learner (trained on trials and served completions) until AGENT-VERSIONS are decided. Both
+    share the reward joiner and the lake sink.
     Shows live progress; Ctrl-C stops cleanly. Prints the per-version result tables, stores the
     gate's in the lake (demo.results) and writes an HTML report. The lake, catalog and models
     stay for `flywheel query` and `flywheel models list`.
