@@ -27,8 +27,6 @@ from processors.rewards.attribution import (
 )
 from processors.rewards.functions import RewardFunction
 from processors.rewards.served import (
-    COMPLETIONS_TOPIC,
-    FEEDBACK_TOPIC,
     FeedbackWindows,
     PendingCompletion,
     add_completion_event,
@@ -38,14 +36,10 @@ from processors.rewards.served import (
 )
 from schemas.events import Event, Reward
 from schemas.records import encode_time
+from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS
 
 # The telemetry topics joined per suggestion; the first carries the anchor (the offer).
-SUGGESTION_TOPICS = (
-    "telemetry.suggestions",
-    "telemetry.outcomes",
-    "telemetry.edits",
-    "telemetry.tests",
-)
+SUGGESTION_TOPICS = TELEMETRY_TOPICS
 COMPLETION_TOPICS = (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)
 
 

@@ -27,9 +27,6 @@ from schemas.enums import AgentReaction, RewardSource
 from schemas.events import AgentCompletion, AgentFeedback, Event, Reward
 from schemas.records import encode_time
 
-COMPLETIONS_TOPIC = "agent.completions"
-FEEDBACK_TOPIC = "agent.feedback"
-
 # agent_use@1's weight per reaction kind (each kind counts once per completion).
 REACTION_WEIGHTS = MappingProxyType(
     {
