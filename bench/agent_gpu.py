@@ -3,7 +3,7 @@ fixed number of steps, tokens/s and model FLOPs utilisation, then the GPU checkp
 the CPU for one more step.
 
     .venv/bin/python -m bench.agent_gpu [--steps 50 --batch 16 --rows 16] [--hidden 512
-        --layers 8] [--peak-tflops 989]   # H200 dense bf16; --device cpu to try it here
+        --layers 8] [--peak-tflops 989] [--no-cpu-resume]   # H200 dense bf16; --device cpu here
 
 The rows are synthetic trials (random prompt and completion tokens, behaviour log-probs, ±1
 advantages) in a real MDS token window: throughput does not depend on their values, and no
@@ -55,6 +55,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak")
+    parser.add_argument(
+        "--cpu-resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="resume the checkpoint on the CPU for one step (slow for big models)",
+    )
     args = parser.parse_args()
     shape = AgentModelConfig(hidden_size=args.hidden, layers=args.layers, heads=8, kv_heads=2,
                              intermediate_size=4 * args.hidden, vocab_size=512,
@@ -98,6 +104,8 @@ def main() -> None:
         print(f"trained {rows_per_s * completion:,.0f} completion tokens/s "
               f"({in_rows:,.0f} tokens/s in rows)")  # fmt: skip
         print(f"MFU {flops / (args.peak_tflops * 1e12):.1%} of {args.peak_tflops:g} TFLOP/s")
+        if not args.cpu_resume:
+            return
         # The GPU's checkpoint, resumed on the CPU for one more step.
         resumed = dataclasses.replace(config, device="cpu", duration=f"{args.steps + 1}ba")
         done = Trainer(resumed, task, factory, [WindowStream(window)]).fit()

@@ -93,7 +93,7 @@ def copy_model(args: argparse.Namespace) -> tuple[Any, Any]:
     mark = tokenizer(EDIT_MARK, add_special_tokens=False)["input_ids"]
     bodies = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in codes]
     torch.manual_seed(0)
-    model = build_model(AgentModelConfig(layers=2, max_positions=512), tokenizer)
+    model = build_model(AgentModelConfig(layers=2, max_positions=512), tokenizer).to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     rng = random.Random(0)
     started = time.monotonic()
@@ -105,7 +105,7 @@ def copy_model(args: argparse.Namespace) -> tuple[Any, Any]:
             ]  # fmt: skip
             rows.append((body, [*body, *mark, *body]))
         width = max(len(r) for _, r in rows)
-        ids = torch.tensor([r + [0] * (width - len(r)) for _, r in rows])
+        ids = torch.tensor([r + [0] * (width - len(r)) for _, r in rows], device=args.device)
         labels = torch.full_like(ids, -100)
         for i, (body, row) in enumerate(rows):
             labels[i, len(body) + len(mark) : len(row)] = ids[i, len(body) + len(mark) : len(row)]
@@ -116,7 +116,7 @@ def copy_model(args: argparse.Namespace) -> tuple[Any, Any]:
         if step % 100 == 0 or step == args.copy_steps - 1:
             print(f"  copy model step {step}: loss {loss.item():.3f} "
                   f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
-    save_checkpoint(model, tokenizer, path)
+    save_checkpoint(model.cpu(), tokenizer, path)
     return load_checkpoint(path, device=args.device, dtype=getattr(torch, args.dtype))
 
 

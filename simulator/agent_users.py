@@ -94,10 +94,11 @@ class AgentUserStats:
         versions = ", ".join(
             f"v{v} {p / n:.0%} of {n}" for v, (n, p) in sorted(self.by_version.items()) if n
         )
-        errors = sum(self.errors.values())
+        # Errors by kind, so that a line says why (e.g. ConnectError while the server starts).
+        errors = ", ".join(f"{kind} {n}" for kind, n in self.errors.most_common()) or "none"
         return (
             f"{self.requests:,} completions, {self.feedback:,} reactions, {self.retried} retried, "
-            f"{errors} errors; tests passed by version: {versions or 'none yet'}"
+            f"errors: {errors}; tests passed by version: {versions or 'none yet'}"
         )
 
 
