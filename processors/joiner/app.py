@@ -10,8 +10,6 @@ produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,7 +22,7 @@ from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
 from processors.joiner.outbox import Outbox
 from processors.joiner.rollouts import RolloutGrouper
-from processors.joiner.state import MARK
+from processors.joiner.state import entry_partition
 from processors.joiner.stats import JoinerStats
 from processors.joiner.transport import use_broker_highwaters
 from processors.lake.dead_letters import DeadLetter
@@ -93,19 +91,6 @@ class TableState:
         for key in gone:
             data.pop(key, None)
         return len(gone)
-
-
-_DOC_PARTITION = re.compile(r'^\{"p": ?(\d+)[,}]')
-
-
-def entry_partition(key: str, raw: Any) -> int:
-    """The partition an entry of the joiner's or the grouper's table belongs to: the last
-    path element of a bookkeeping key (`\\x00off/<topic>/<p>`, `\\x00now/<p>`, ...), else the
-    document's "p" (always its first field)."""
-    if key.startswith(MARK):
-        return int(key.rsplit("/", 1)[1])
-    match = _DOC_PARTITION.match(raw) if isinstance(raw, str) else None
-    return int(match.group(1)) if match else int(json.loads(raw)["p"])
 
 
 def build_app(

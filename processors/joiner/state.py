@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, MutableMapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -136,3 +137,16 @@ class Batch:
             self._state.put(
                 partition, key, value.to_json() if isinstance(value, StoredSuggestion) else value
             )
+
+
+_DOC_PARTITION = re.compile(r'^\{"p": ?(\d+)[,}]')
+
+
+def entry_partition(key: str, raw: Any) -> int:
+    """The partition an entry of the joiner's or the grouper's table belongs to: the last
+    path element of a bookkeeping key (`\\x00off/<topic>/<p>`, `\\x00now/<p>`, ...), else the
+    document's "p" (always its first field)."""
+    if key.startswith(MARK):
+        return int(key.rsplit("/", 1)[1])
+    match = _DOC_PARTITION.match(raw) if isinstance(raw, str) else None
+    return int(match.group(1)) if match else int(json.loads(raw)["p"])
