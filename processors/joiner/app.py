@@ -217,6 +217,11 @@ def build_app(
             await app.crash(exc)
             raise
 
+    async def seek_back(seeks: dict[tuple[str, int], int]) -> None:
+        """Re-read the records the consumer skipped (`processors.joiner.holes`)."""
+        for (topic, partition), offset in seeks.items():
+            await app.consumer.seek(TP(topic, partition), offset)
+
     telemetry_in = app.topic(*config.topics, **raw)
     served_in = app.topic(*config.completion_topics, **raw)
     rollouts_in = app.topic(config.rollouts_topic, **raw)
@@ -235,8 +240,7 @@ def build_app(
                 ]
             )
             await send_or_crash()  # before faust acks the batch (after this body returns)
-            for (topic, partition), offset in joiner.take_seeks().items():
-                await app.consumer.seek(TP(topic, partition), offset)  # skipped records
+            await seek_back(joiner.take_seeks())
             last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
             for m in last.values():
                 lag(m)
@@ -257,6 +261,7 @@ def build_app(
                 SourceRecord(m.topic, ROLLOUTS_TOPIC, m.partition, m.offset, m.key, m.value)
             )
             await send_or_crash()
+            await seek_back(grouper.take_seeks())
             lag(m)
 
     # faust signals an assignment before it restores the taken-over partitions' tables, and a

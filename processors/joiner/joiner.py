@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import heapq
 import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from processors.joiner.dead_letters import (
     late_dead_letter,
     rejected_dead_letter,
 )
+from processors.joiner.holes import DEFAULT_HOLE_ACCEPT_S, OffsetHoles
 from processors.joiner.state import MARK, Batch, ChangelogState, DictState, StoredSuggestion
 from processors.joiner.stats import JoinerStats
 from processors.lake.dead_letters import DeadLetter, Origin, dead_letter
@@ -112,10 +112,6 @@ def offset_key(topic: str, partition: int) -> str:
 # The inputs joined per suggestion (platform topic names); their watermarks gate attribution.
 JOINED_TOPICS = SUGGESTION_TOPICS
 DEFAULT_IDLE_S = 2.0
-# How long offsets skipped by the consumer may stay missing after a seek back before they are
-# taken to hold no records (see `RewardJoiner._hole_accepted`).
-DEFAULT_HOLE_ACCEPT_S = 30.0
-log = logging.getLogger(__name__)
 
 
 def watermark_key(topic: str, partition: int) -> str:
@@ -153,7 +149,7 @@ class RewardJoiner:
         ``caught_up``: asks the consumer whether an input partition has records left (None:
         always caught up, for tools and tests without a consumer). ``sources``: platform topic
         → the source topic read for it (default: the same name). ``hole_accept_s``: see
-        `_hole_accepted`. ``join``: what is joined (default: suggestions, scored by
+        `processors.joiner.holes`. ``join``: what is joined (default: suggestions, scored by
         ``functions`` within ``windows``; a given join brings its own windows)."""
         self._join: Join = join or SuggestionJoin(tuple(functions), windows)
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
@@ -169,10 +165,7 @@ class RewardJoiner:
         self._out = outputs
         self._stats = stats
         self._clock = clock
-        self._hole_accept_s = hole_accept_s
-        # (source topic, partition) → (first offset missing, first seen, last seek asked for)
-        self._holes: dict[tuple[str, int], tuple[int, float, float]] = {}
-        self._seeks: dict[tuple[str, int], int] = {}
+        self._holes = OffsetHoles(stats, hole_accept_s, monotonic)
         # Deadlines per partition, in memory only (missing: rebuild from the table).
         self._deadlines: dict[int, list[tuple[int, str]]] = {}
         # Orphans (events of a suggestion whose offer has not come) per partition, by their
@@ -219,10 +212,9 @@ class RewardJoiner:
             applied = batch.get(marker)
             if applied is not None and rec.offset <= int(applied):
                 continue  # a replay after a crash: its effects are already in the table
-            skipped = applied is not None and rec.offset > int(applied) + 1
-            if skipped and not self._hole_accepted(rec, int(applied) + 1):
+            last_applied = None if applied is None else int(applied)
+            if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, last_applied):
                 continue  # offsets were skipped: re-read from the first one missing
-            self._holes.pop((rec.topic, rec.partition), None)
             self._stats.saw_input()
             event = await self._decode(rec)
             # (The batch writes markers after the state they cover, whatever the order here.)
@@ -242,43 +234,8 @@ class RewardJoiner:
         batch.flush()
 
     def take_seeks(self) -> dict[tuple[str, int], int]:
-        """The source partitions (topic, partition) to re-read and the offset to re-read from
-        (the first offset not applied): the adapter seeks the consumer there after the batch."""
-        seeks, self._seeks = self._seeks, {}
-        return seeks
-
-    def _hole_accepted(self, rec: SourceRecord, expected: int) -> bool:
-        """A record beyond the next offset to apply: the consumer skipped records. faust's
-        consumer once did (a rebalance in the crash bench: record n never reached the agent,
-        n+1 on did, and faust committed past n: a suggestion lost without a trace), so the
-        joiner's offset markers, not the consumer's position, say what is applied: it asks for
-        a seek back to `expected` and skips the partition's later records until it arrives.
-        Offsets that hold no record at all (transaction markers of a transactionally written
-        input, a log whose start passed them) never arrive: `hole_accept_s` after the first
-        seek the hole is accepted, counted and logged, and the joiner goes on from `rec`."""
-        key = (rec.topic, rec.partition)
-        now = self._monotonic()
-        hole = self._holes.get(key)
-        if hole is None or hole[0] != expected:
-            self._holes[key] = (expected, now, now)
-            self._seeks[key] = expected
-            self._stats.refetches += 1
-            return False
-        _, since, sought = hole
-        if now - since >= self._hole_accept_s:
-            del self._holes[key]
-            self._stats.holes += 1
-            log.warning(
-                "offsets %d..%d of %s partition %d never arrived after a seek back %.0f s ago: "
-                "they hold no records (transaction markers, or a log start that passed them); "
-                "going on from %d",
-                expected, rec.offset - 1, rec.topic, rec.partition, now - since, rec.offset,
-            )  # fmt: skip
-            return True
-        if now - sought >= 1.0:  # a seek, then at most one a second while the hole stays
-            self._holes[key] = (expected, since, now)
-            self._seeks[key] = expected
-        return False
+        """Where to seek the consumer back to after the batch (`OffsetHoles.take_seeks`)."""
+        return self._holes.take_seeks()
 
     async def _decode(self, rec: SourceRecord) -> Event | None:
         try:

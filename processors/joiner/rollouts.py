@@ -13,12 +13,15 @@ opens a group of its own, emitted at its timeout: its rollout is rewarded once (
 per rollout), only without peers (no clock-based lateness: producers' clocks differ).
 Completion is checked when a rollout of the same partition arrives: a timed-out group is emitted
 on the next rollout event of its partition (event time, no wall clock).
+Offsets the consumer skipped are re-read before later ones apply, as in the joiner
+(`processors.joiner.holes`).
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -27,6 +30,7 @@ from processors.joiner.dead_letters import (
     late_dead_letter,
     rejected_dead_letter,
 )
+from processors.joiner.holes import DEFAULT_HOLE_ACCEPT_S, OffsetHoles
 from processors.joiner.joiner import Outputs, SourceRecord, State, now_utc, offset_key
 from processors.joiner.state import MARK, ChangelogState, DictState
 from processors.joiner.stats import JoinerStats
@@ -54,9 +58,13 @@ class RolloutGrouper:
         stats: JoinerStats,
         clock: Callable[[], datetime] = now_utc,
         done_horizon_ms: int | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        hole_accept_s: float = DEFAULT_HOLE_ACCEPT_S,
     ) -> None:
         """``done_horizon_ms``: how long (partition clock, event time) an emitted group's entry
-        is kept to catch stragglers; default ten group timeouts."""
+        is kept to catch stragglers; default ten group timeouts. ``hole_accept_s`` and
+        ``monotonic`` (its clock): see `processors.joiner.holes`."""
         self._state = state if isinstance(state, ChangelogState) else DictState(state)
         self._horizon_ms = done_horizon_ms or 10 * policy.timeout_ms
         self._codec = codec
@@ -64,6 +72,7 @@ class RolloutGrouper:
         self._out = outputs
         self._stats = stats
         self._clock = clock
+        self._holes = OffsetHoles(stats, hole_accept_s, monotonic)
         # Open (not yet emitted) group ids per partition, in memory only (missing: one table
         # scan); without it every rollout event would parse every group in the table.
         self._open: dict[int, set[str]] = {}
@@ -109,6 +118,9 @@ class RolloutGrouper:
         applied = self._state.get(marker)
         if applied is not None and rec.offset <= int(applied):
             return  # replayed after a crash: already applied
+        last_applied = None if applied is None else int(applied)
+        if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, last_applied):
+            return  # offsets were skipped: re-read from the first one missing
         self._stats.saw_input()
         try:
             record = self._codec.decode(rec.platform_topic, rec.value)
@@ -121,6 +133,10 @@ class RolloutGrouper:
         else:
             await self._fold(rec, result)
         self._state.put(rec.partition, marker, rec.offset)
+
+    def take_seeks(self) -> dict[tuple[str, int], int]:
+        """Where to seek the consumer back to after the event (`OffsetHoles.take_seeks`)."""
+        return self._holes.take_seeks()
 
     async def _fold(self, rec: SourceRecord, result: RolloutResult) -> None:
         raw = self._state.get(result.group_id)

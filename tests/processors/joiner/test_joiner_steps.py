@@ -209,6 +209,22 @@ def test_rollout_groups_emit_when_complete_and_stragglers_are_late() -> None:
     assert h.stats.groups == 1
 
 
+def test_rollouts_the_consumer_skipped_are_read_again_before_later_ones() -> None:
+    """As for the joiner: a rollout after a skipped offset waits until the skipped one is read
+    again, so the group is emitted with all of its trials, once."""
+    h = Harness()
+    r_a, r_b, r_c = (h.record(rollout(r, float(i))) for i, r in enumerate("abc"))
+    for rec in (r_a, r_c):  # r_b never arrives
+        asyncio.run(h.grouper.on_event(rec))
+    assert h.emitted == [] and h.stats.refetches == 1
+    assert h.grouper.take_seeks() == {("rollouts.results", 0): r_b.offset}
+    assert h.grouper.take_seeks() == {}
+    for rec in (r_b, r_c):  # read again from the skipped offset
+        asyncio.run(h.grouper.on_event(rec))
+    assert sorted(r["source_id"] for _, r in h.emitted) == ["a", "b", "c"]
+    assert h.stats.groups == 1 and h.stats.holes == 0
+
+
 def test_a_clock_pushed_ahead_by_other_producers_does_not_time_out_new_groups() -> None:
     h = Harness()
     ahead = dataclasses.replace(rollout("x", 1.0, group="sim"), event_time=T0 + timedelta(hours=2))
