@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from processors.joiner.stats import JoinerStats
 
@@ -41,14 +42,19 @@ class OffsetHoles:
         self._holes: dict[TopicPartition, tuple[int, float, float]] = {}
         self._seeks: dict[TopicPartition, int] = {}
 
-    def may_apply(self, topic: str, partition: int, offset: int, applied: int | None) -> bool:
-        """Whether the record at ``offset`` is next to apply (``applied``: the partition's last
-        applied offset): yes when none were skipped before it, or once a hole is accepted."""
+    def may_apply(self, topic: str, partition: int, offset: int, applied: Any) -> bool:
+        """Whether the record at ``offset`` is to be applied, from ``applied``: the partition's
+        offset marker (its last applied offset, None before the first). No for a replay after
+        a crash (its effects are already in the state); no while offsets before it are missing;
+        yes when it is next, or once a hole is accepted."""
+        last = None if applied is None else int(applied)
+        if last is not None and offset <= last:
+            return False  # a replay
         key = (topic, partition)
-        if applied is None or offset <= applied + 1:
+        if last is None or offset == last + 1:
             self._holes.pop(key, None)
             return True
-        expected, now = applied + 1, self._monotonic()
+        expected, now = last + 1, self._monotonic()
         hole = self._holes.get(key)
         if hole is None or hole[0] != expected:
             self._holes[key] = (expected, now, now)

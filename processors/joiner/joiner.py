@@ -209,12 +209,8 @@ class RewardJoiner:
         last: dict[int, SourceRecord] = {}  # partition → its last record applied in the batch
         for rec in records:
             marker = offset_key(rec.topic, rec.partition)
-            applied = batch.get(marker)
-            if applied is not None and rec.offset <= int(applied):
-                continue  # a replay after a crash: its effects are already in the table
-            last_applied = None if applied is None else int(applied)
-            if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, last_applied):
-                continue  # offsets were skipped: re-read from the first one missing
+            if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, batch.get(marker)):
+                continue  # a replay after a crash, or offsets were skipped: re-read them first
             self._stats.saw_input()
             event = await self._decode(rec)
             # (The batch writes markers after the state they cover, whatever the order here.)

@@ -115,12 +115,8 @@ class RolloutGrouper:
     async def on_event(self, rec: SourceRecord) -> None:
         """Apply one rollouts.results record; bad input becomes a dead letter."""
         marker = offset_key(rec.topic, rec.partition)
-        applied = self._state.get(marker)
-        if applied is not None and rec.offset <= int(applied):
-            return  # replayed after a crash: already applied
-        last_applied = None if applied is None else int(applied)
-        if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, last_applied):
-            return  # offsets were skipped: re-read from the first one missing
+        if not self._holes.may_apply(rec.topic, rec.partition, rec.offset, self._state.get(marker)):
+            return  # a replay after a crash, or offsets were skipped: re-read them first
         self._stats.saw_input()
         try:
             record = self._codec.decode(rec.platform_topic, rec.value)
