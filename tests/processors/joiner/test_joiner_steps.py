@@ -209,6 +209,40 @@ def test_rollout_groups_emit_when_complete_and_stragglers_are_late() -> None:
     assert h.stats.groups == 1
 
 
+def test_rollout_groups_do_not_depend_on_where_batches_are_cut() -> None:
+    """Groups complete by size and by timeout, a duplicate and a straggler: one record at a
+    time, one batch, and two batches with a restarted grouper between (indexes rebuilt from
+    the table) emit the same Rewards and dead letters."""
+
+    def trial(rollout_id: str, group: str, seconds: float) -> RolloutResult:
+        at_s = T0 + timedelta(seconds=seconds)
+        return dataclasses.replace(rollout(rollout_id, seconds, group), event_time=at_s)
+
+    d = trial("d", "g2", 10)
+    trials = [
+        trial("a", "g1", 0), trial("b", "g1", 1),  # g1 times out (120 s) at f
+        trial("c", "g2", 10), d, d, trial("e", "g2", 11),  # g2 complete by size at e
+        trial("f", "g3", 130), trial("g", "g1", 131),  # g: a straggler of the emitted g1
+        trial("h", "g3", 132), trial("i", "g3", 133),
+    ]  # fmt: skip
+
+    def run(cuts: list[int]) -> tuple[dict[str, float], list[str]]:
+        h = Harness()
+        records = [h.record(t) for t in trials]
+        for lo, hi in itertools.pairwise([0, *cuts, len(records)]):
+            grouper = RolloutGrouper(
+                h.grouper._state, h.codec, GroupPolicy(expected_size=3), h.outputs, h.stats
+            )  # a restarted worker over the same table
+            asyncio.run(grouper.on_batch(records[lo:hi]))
+        advantages = {str(r["reward_id"]): float(r["advantage"]) for _, r in h.emitted}
+        return advantages, [topic for topic, _ in h.letters]
+
+    one_by_one = run(list(range(1, len(trials))))
+    assert len(one_by_one[0]) == 8 and one_by_one[1] == ["dlq.late"]
+    for cuts in ([], [5], [7], [3, 8]):
+        assert run(cuts) == one_by_one, cuts
+
+
 def test_rollouts_the_consumer_skipped_are_read_again_before_later_ones() -> None:
     """As for the joiner: a rollout after a skipped offset waits until the skipped one is read
     again, so the group is emitted with all of its trials, once."""
