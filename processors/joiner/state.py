@@ -56,7 +56,7 @@ class StoredSuggestion:
     of the previous layout (`"s"`: `PendingSuggestion.to_json()`) are still read, and written
     back in that layout, since their source records are unknown."""
 
-    __slots__ = ("_json", "done_ms", "events", "partition", "pending", "session")
+    __slots__ = ("_items", "_json", "done_ms", "events", "partition", "pending", "session")
 
     def __init__(
         self,
@@ -73,7 +73,22 @@ class StoredSuggestion:
             events,
         )
         self._json: str | None = None
+        self._items: str | None = None  # the JSON of `events`' items, once encoded
         self.done_ms = done_ms  # attributed: the offer's event time (a small marker, no events)
+
+    def adding(
+        self, partition: int, session: str, pending: Any, source: tuple[str, bytes]
+    ) -> StoredSuggestion:
+        """The next state: `pending`, with the `source` record held after this one's. The held
+        records' JSON is extended, not encoded again (an offer's code text is most of it, and a
+        suggestion is written once per batch that touches it)."""
+        if self.events is None:  # the previous layout: no held records
+            return StoredSuggestion(partition, session, pending, None)
+        new = StoredSuggestion(partition, session, pending, (*self.events, source))
+        if self._items is not None:
+            item = _held_item(*source)
+            new._items = f"{self._items},{item}" if self._items else item
+        return new
 
     @classmethod
     def read(cls, raw: str, parsed: StoredSuggestion) -> StoredSuggestion:
@@ -82,15 +97,18 @@ class StoredSuggestion:
         return parsed
 
     def to_json(self) -> str:
+        """The document as compact JSON (`json.dumps(doc, separators=(",", ":"))`, built from
+        parts: this runs once per written suggestion per batch)."""
         if self._json is None:
-            doc: dict[str, Any] = {"p": self.partition, "k": self.session}
+            head = f'{{"p":{self.partition},"k":{json.dumps(self.session)}'
             if self.done_ms is not None:
-                doc["d"] = self.done_ms
+                self._json = f'{head},"d":{self.done_ms}}}'
             elif self.events is None:
-                doc["s"] = self.pending.to_json()
+                self._json = f'{head},"s":{json.dumps(self.pending.to_json())}}}'
             else:
-                doc["e"] = [[t, base64.b64encode(v).decode("ascii")] for t, v in self.events]
-            self._json = json.dumps(doc, separators=(",", ":"))
+                if self._items is None:
+                    self._items = ",".join(_held_item(t, v) for t, v in self.events)
+                self._json = f'{head},"e":[{self._items}]}}'
         return self._json
 
     def stored_as(self, raw: Any) -> bool:
@@ -99,9 +117,15 @@ class StoredSuggestion:
         return self._json is not None and (raw is self._json or raw == self._json)
 
 
+def _held_item(topic: str, value: bytes) -> str:
+    """A held record in the document's JSON: `["topic","base64 of the value"]`."""
+    return f'[{json.dumps(topic)},"{base64.b64encode(value).decode("ascii")}"]'
+
+
 class Batch:
-    """Write-back view of the state for one batch of records: reads see the batch's own writes;
-    `flush` then writes each changed key once (one changelog record per key per batch instead
+    """Write-back view of the state for one batch of records: reads see the batch's own writes
+    (documents as the objects put: a `StoredSuggestion`, a dict); `flush` then writes each
+    changed key once, documents as JSON (one changelog record per key per batch instead
     of one per event). Suggestion keys are flushed before the bookkeeping keys (offset markers,
     watermarks), so a marker never covers state that was not written."""
 
@@ -133,10 +157,12 @@ class Batch:
     def _write(self, partition: int, key: str, value: Any) -> None:
         if value is None:
             self._state.delete(partition, key)
+        elif isinstance(value, StoredSuggestion):
+            self._state.put(partition, key, value.to_json())
+        elif isinstance(value, dict):  # a document built up over the batch (a rollout group)
+            self._state.put(partition, key, json.dumps(value))
         else:
-            self._state.put(
-                partition, key, value.to_json() if isinstance(value, StoredSuggestion) else value
-            )
+            self._state.put(partition, key, value)
 
 
 _DOC_PARTITION = re.compile(r'^\{"p": ?(\d+)[,}]')
