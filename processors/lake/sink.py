@@ -205,13 +205,16 @@ class LakeSink:
     def _check_unread(self, tp: tuple[str, int], offset: int) -> None:
         """Warn when the first offset read after resuming is past the resume offset: the range
         between is covered by the next file but was never read (retention deleted it, or
-        compaction did on a compacted topic)."""
+        compaction did on a compacted topic; on a transactionally written topic such as
+        `rewards` it is usually aborted records and transaction markers, which a read_committed
+        consumer never sees: nothing is missing then)."""
         self._unread_check.discard(tp)
         expected = self._buffers.position(tp)
         if expected is not None and offset > expected:
             log.warning(
-                "%s/%s resumed at offset %s but the log starts at %s: offsets in between are "
-                "no longer in Kafka (retention or compaction) and are not in the lake",
+                "%s/%s resumed at offset %s but the first record read is at %s: offsets in "
+                "between are not in the lake (deleted by retention or compaction, or aborted "
+                "transactions and their markers, which hold no committed records)",
                 *tp,
                 expected,
                 offset,

@@ -47,7 +47,7 @@ from schemas.events import (
     TestRunCompleted,
     TrainingWindow,
 )
-from schemas.records import decode_time, encode_time
+from schemas.records import decode_time, encode_time, name_uuid, new_event_id, uuid_string
 
 PRIMITIVE_ANNOTATIONS = {
     "string": str,
@@ -256,6 +256,18 @@ def test_defaults_make_a_fresh_id_and_a_millisecond_time() -> None:
     assert uuid.UUID(first.event_id).version == 4
     assert first.event_time.microsecond % 1000 == 0
     assert first.event_time.tzinfo is not None
+
+
+def test_uuid_strings_are_the_uuid_modules_own() -> None:
+    for i in range(2_000):
+        name = f"suggestion-{i}:tab@{i % 3}"
+        assert name_uuid(uuid.NAMESPACE_URL, name) == str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+        data = bytes((i * 37 + j) % 256 for j in range(16))
+        assert uuid_string(data, 4) == str(uuid.UUID(bytes=data, version=4))
+    ids = {new_event_id() for _ in range(1_000)}
+    assert len(ids) == 1_000
+    assert {uuid.UUID(i).version for i in ids} == {4}
+    assert all(str(uuid.UUID(i)) == i for i in ids)
 
 
 def test_missing_nullable_field_takes_its_default() -> None:

@@ -43,6 +43,17 @@ def test_events_round_trip_through_the_codec(codec: AvroCodec) -> None:
         assert back == event
 
 
+def test_plain_decoding_keeps_logical_types_as_avro_values_and_builds_the_same_events(
+    codec: AvroCodec,
+) -> None:
+    for event in one_of_each():
+        topic = TOPIC_OF[event.SCHEMA_NAME]
+        record = codec.decode(topic, codec.encode_event(topic, event), plain=True)
+        assert isinstance(record["event_time"], int)
+        assert isinstance(record["event_id"], str)
+        assert type(event).from_record(record) == event
+
+
 def test_stock_confluent_serdes_interoperate_both_ways(stack: Settings, codec: AvroCodec) -> None:
     registry = SchemaRegistryClient({"url": stack.registry_url})
     topic = "telemetry.suggestions"
