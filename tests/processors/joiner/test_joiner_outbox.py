@@ -13,15 +13,50 @@ from processors.joiner.errors import JoinerError
 from processors.joiner.outbox import Outbox
 
 
+class FakeBatch:
+    """aiokafka's `BatchBuilder`, holding up to `size` records."""
+
+    def __init__(self, size: int) -> None:
+        self.records: list[tuple[bytes | None, bytes | None]] = []
+        self.size, self.closed = size, False
+
+    def append(
+        self, *, timestamp: None, key: bytes | None, value: bytes | None, headers: Any
+    ) -> Any:
+        if self.closed or len(self.records) >= self.size:
+            return None
+        self.records.append((key, value))
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakeTransactionalProducer:
-    """Records what aiokafka's `send` was given; the returned future resolves at once."""
+    """Records the record batches aiokafka's `send_batch` was given, record by record; the
+    returned future resolves at once. Keys go to partition len(key) % 2."""
 
-    def __init__(self, log: list[tuple[str, Any]], tid: str) -> None:
-        self.log, self.tid = log, tid
+    def __init__(self, log: list[tuple[str, Any]], tid: str, batch_size: int = 100) -> None:
+        self.log, self.tid, self.batch_size = log, tid, batch_size
+        self.batches = 0
 
-    async def send(self, topic: str, value: bytes | None, **kw: Any) -> asyncio.Future[None]:
-        await asyncio.sleep(0)  # yields, like aiokafka's send may (a full accumulator)
-        self.log.append((self.tid, (topic, kw["partition"], kw["key"], value)))
+        async def wait_on_metadata(_topic: str) -> None:
+            await asyncio.sleep(0)
+
+        self.client = SimpleNamespace(_wait_on_metadata=wait_on_metadata)
+
+    def _partition(self, _topic: str, _p: None, _k: None, _v: None, key: bytes, _sv: None) -> int:
+        return len(key) % 2
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch(self.batch_size)
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Any:
+        assert batch.closed
+        await asyncio.sleep(0)  # yields, like aiokafka's send_batch may (a batch not drained)
+        self.batches += 1
+        for key, value in batch.records:
+            self.log.append((self.tid, (topic, partition, key, value)))
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
@@ -46,12 +81,33 @@ def test_outbox_sends_each_partitions_records_in_order_in_its_transaction() -> N
     outbox.add("t", 1, "changelog", b"s", None, to_partition=1)  # a tombstone
     asyncio.run(outbox.send())
     assert [entry for entry in log if entry[0] == "app-0-1"] == [
-        ("app-0-1", ("rewards", None, b"k1", b"r1")),
+        ("app-0-1", ("rewards", 0, b"k1", b"r1")),  # by key, with the producer's partitioner
         ("app-0-1", ("changelog", 1, b"s", b"state")),
         ("app-0-1", ("changelog", 1, b"s", None)),
     ]
-    assert ("app-0-0", ("rewards", None, b"k0", b"r0")) in log
+    assert ("app-0-0", ("rewards", 0, b"k0", b"r0")) in log
     assert len(outbox) == 0
+
+
+def test_records_go_in_one_batch_per_destination_in_order_and_full_batches_split() -> None:
+    log: list[tuple[str, Any]] = []
+    app = fake_app(log, range(1))
+    producer = app.producer._transaction_producers["app-0-0"]
+    producer.batch_size = 3
+    outbox = Outbox(app, exactly_once=True)
+    for i in range(7):  # keys of length 1 and 2 alternate between partitions 1 and 0
+        outbox.add("t", 0, "rewards", b"k" * (1 + i % 2), str(i).encode())
+    outbox.add("t", 0, "changelog", b"s", b"state", to_partition=0)
+    asyncio.run(outbox.send())
+    sent = [record for _, record in log]
+
+    def values(dest: tuple[str, int]) -> list[bytes]:
+        return [v for topic, p, _, v in sent if (topic, p) == dest]
+
+    assert values(("rewards", 1)) == [b"0", b"2", b"4", b"6"]
+    assert values(("rewards", 0)) == [b"1", b"3", b"5"]
+    assert ("changelog", 0, b"s", b"state") in sent
+    assert producer.batches == 4  # partition 1's four records took two batches
 
 
 def test_a_commit_waits_for_the_whole_batch_of_its_partition() -> None:
@@ -128,3 +184,24 @@ def test_a_worker_keeps_only_the_table_entries_of_partitions_it_holds() -> None:
     )
     assert state.retain({0}) == 4
     assert set(data) == {"s-a", "\x00wm/telemetry.edits/0"}
+
+
+def test_changelog_records_are_the_bytes_faust_itself_writes() -> None:
+    """`TableState` serializes with the table's codecs resolved once; faust's recovery must
+    read them back as it reads its own writes (`Topic.prepare_key` / `prepare_value`)."""
+    import faust
+
+    from processors.joiner.app import changelog_codec
+
+    app = faust.App("changelog-codec-test", broker="kafka://localhost:1")
+    table = app.Table("joiner-state", default=None, partitions=4)
+    topic, dump_key, dump_value = changelog_codec(table)
+    assert topic == table.changelog_topic.get_topic_name()
+    for key, value in [
+        ("s-1", '{"p":0,"k":"s\\u00e9","e":[["telemetry.edits","AAE="]]}'),
+        ("\x00wm/telemetry.edits/3", 1_736_154_000_549),
+        ("g-é", {"p": 1, "done": True, "r": []}),
+    ]:
+        assert dump_key(key) == table.changelog_topic.prepare_key(key, table.key_serializer)[0]
+        expected = table.changelog_topic.prepare_value(value, table.value_serializer)[0]
+        assert dump_value(value) == expected
