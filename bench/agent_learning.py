@@ -30,6 +30,7 @@ from learner.agent_rl import collect_trials
 from learner.grpo import GRPOConfig, GRPOTask, TrialFilter
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
+from processors.rewards.rollouts import normalised_advantages
 
 
 def main() -> None:
@@ -51,6 +52,11 @@ def main() -> None:
         help="train on trials with positive advantage only (rejection sampling)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--reward", choices=("tests", "solved"), default="tests",
+        help="tests: the share of hidden tests passed (the environment's reward); solved: 1 "
+        "when all pass, else 0 (what pass@1 counts)",
+    )  # fmt: skip
     parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -75,7 +81,14 @@ def main() -> None:
         model.eval()
         trials = collect_trials(model, tokenizer, env, tasks, args.group, sampling, seq_len=128,
                                 seed=rng.randrange(1 << 30))  # fmt: skip
-        advantage = -trials.advantage if args.flip else trials.advantage
+        advantage = trials.advantage
+        if args.reward == "solved":  # all hidden tests passed or nothing: what pass@1 counts
+            solved = (trials.reward >= 1.0).astype(np.float32).tolist()
+            advantage = np.concatenate([
+                normalised_advantages(solved[j * args.group : (j + 1) * args.group])
+                for j in range(len(tasks))
+            ]).astype(np.float32)  # fmt: skip
+        advantage = -advantage if args.flip else advantage
         keep, dropped = TrialFilter().keep(np.zeros(len(advantage), dtype=int),
                                            trials.group, advantage, production=0)  # fmt: skip
         if args.positive_only:

@@ -8,7 +8,9 @@ nothing is attributed while the input flows and the final ticks attribute everyt
 them. The joiner's rate is counted from its first processed event to its last (startup and group
 join excluded, read from its 0.2 s status lines); per core = events / CPU seconds of the worker.
 The faust floor: `bench/faust_floor.py`, a no-op faust agent configured as the joiner, drains
-the same records; its events per CPU-second bound what any faust-based joiner can reach.
+the same records; its events per CPU-second bound what any faust-based joiner can reach. The
+joiner and the floor alternate `--repeats` times (medians). Two workers in one group drain the
+same records too (`--scale-out`), timed from when both have applied events.
 (b) Sink rows/s vs decode + pyarrow write, and (c) event time -> visible-in-lake latency:
 `bench/pipeline_sink.py`'s measurements, imported (they print their own tables).
 (d) `--crash`: the joiner and a lake sink (both subprocesses) run on the input while it is
@@ -32,6 +34,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,6 +75,7 @@ STATUS = re.compile(r"process: ([\d,]+) events")
 # sends one "tick" edit per partition 11 days after the last event; `--idle-s 0` lets that one
 # topic's watermark pass every deadline, and every suggestion is attributed with all its events.
 LATENESS_S = 864_000
+CATCH_UP_S = 300.0  # the crash run: a joiner not caught up this long after its input stopped
 TICK_AFTER = timedelta(days=11)
 
 Payload = tuple[str, bytes, bytes]  # (platform topic, key, Avro value)
@@ -159,19 +163,41 @@ def send_ticks(settings: Settings, codec: AvroCodec, topics: Topics, at: datetim
 def caught_up(settings: Settings, group: str, topics: Topics) -> bool:
     """Whether `group` has committed every source partition up to its end (False when the
     broker does not answer in time: the caller asks again)."""
-    c = consumer(settings, group)
     try:
-        tps = [TopicPartition(t, p) for t in topics.sources() for p in range(4)]
-        for tp in c.committed(tps, timeout=10):
-            _, high = c.get_watermark_offsets(tp, timeout=10)
-            if tp.offset < high:
-                return False
-        return True
+        return not behind(settings, group, topics)
     except KafkaException as exc:  # a busy shared broker times out now and then
         print(f"caught_up: {exc}; asking again", flush=True)
         return False
+
+
+def behind(settings: Settings, group: str, topics: Topics) -> list[str]:
+    """`topic/partition committed < end` for each source partition `group` has not committed
+    to its end."""
+    c = consumer(settings, group)
+    try:
+        tps = [TopicPartition(t, p) for t in topics.sources() for p in range(4)]
+        out = []
+        for tp in c.committed(tps, timeout=10):
+            _, high = c.get_watermark_offsets(tp, timeout=10)
+            if tp.offset < high:
+                out.append(f"{tp.topic}/{tp.partition} {tp.offset} < {high}")
+        return out
     finally:
         c.close()
+
+
+def wait_caught_up(settings: Settings, group: str, topics: Topics, limit_s: float) -> None:
+    """Until `group` has committed every source partition to its end; raises naming the
+    partitions still behind after `limit_s` (a joiner whose commits stopped, not a slow one:
+    the crash run's input is all there by then)."""
+    deadline = time.monotonic() + limit_s
+    while not caught_up(settings, group, topics):
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{group} has not committed these partitions to their end after {limit_s:.0f} s: "
+                + "; ".join(behind(settings, group, topics))
+            )
+        time.sleep(2)
 
 
 def fill(settings: Settings, topics: Topics, data: Sequence[Payload]) -> None:
@@ -307,19 +333,23 @@ def joiner_rate(
 
 def group_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Path) -> float:
     """Events/s (wall) of two joiner workers in one group draining the `n` records already in
-    `topics`: from the first status line with events of either to the last event of both.
-    Both start together, so the group forms once (faust waits for the joins)."""
+    `topics`, counted from the moment both have applied events (the group formed: a worker
+    that got partitions first is stopped by the rebalance the second one's join causes, which
+    is start-up, as the one-worker rate's group join is) to the last event of both."""
     args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
     workers = [Proc("process", args, log.with_suffix(f".{i}.log")) for i in range(2)]
     try:
+        start: tuple[float, int] | None = None  # (when both had applied events, events then)
         while sum(w.events for w in workers) < n:
             if any(w.proc.poll() is not None for w in workers):
                 raise RuntimeError(f"a joiner worker exited early; see {log.parent}")
+            if start is None and all(w.first_at is not None for w in workers):
+                start = (time.perf_counter(), sum(w.events for w in workers))
             time.sleep(0.05)
-        firsts = [w.first_at for w in workers if w.first_at is not None]
-        counted = sum(w.events - (w.first_events if w.first_at == min(firsts) else 0)
-                      for w in workers)  # fmt: skip
-        return counted / max(max(w.last_at for w in workers) - min(firsts), 1e-9)
+        if start is None:  # one worker drained everything before the other applied any
+            raise RuntimeError(f"the second joiner worker never applied an event; see {log.parent}")
+        counted = sum(w.events for w in workers) - start[1]
+        return counted / max(max(w.last_at for w in workers) - start[0], 1e-9)
     finally:
         for w in workers:
             w.stop()
@@ -455,8 +485,7 @@ def crash_run(
             tick_ids = send_ticks(
                 settings, codec, topics, last_event_time(codec, data) + TICK_AFTER
             )
-        while not caught_up(settings, app_id, topics):
-            time.sleep(2)
+        wait_caught_up(settings, app_id, topics, CATCH_UP_S)
         print(f"the joiner caught up{' with the ticks' if ticks else ''}", flush=True)
     for name in joiners:
         procs[name].stop()
@@ -488,6 +517,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=4000, help="--crash: events/s produced")
     parser.add_argument(
         "--workers", type=int, default=1, help="--crash: joiner workers in one group"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="(a): joiner and faust floor runs, alternating"
     )
     parser.add_argument(
         "--scale-out", action=argparse.BooleanOptionalAction, default=True,
@@ -528,24 +560,36 @@ def main() -> None:
     fill(settings, topics, data)
     base = baseline_rate(settings, codec, topics, len(data))
     print(f"baseline consume + decode: {base:,.0f} events/s; now the joiner", flush=True)
-    rate, per_cpu = joiner_rate(
-        settings, codec, topics, data, f"{topics.prefix}.joiner", log_dir / "joiner.log"
-    )
+    # The joiner and the faust floor alternate, `--repeats` times each on the same records
+    # (fresh app ids): one floor run alone moved 8.3k-13.1k events per CPU-second between runs.
+    runs: list[tuple[float, float, float]] = []  # (events/s, per CPU-second, floor per CPU-s)
+    for i in range(args.repeats):
+        app_id, log = f"{topics.prefix}.joiner-{i}", log_dir / f"joiner-{i}.log"
+        rate, per_cpu = joiner_rate(settings, codec, topics, data, app_id, log)
+        print(f"the faust floor: a no-op agent on the same records (run {i + 1})", flush=True)
+        floor = floor_rate(
+            settings, topics, len(data), f"{topics.prefix}.floor-{i}", log_dir / f"floor-{i}.log"
+        )
+        print(f"joiner {per_cpu:,.0f} vs floor {floor:,.0f} events per CPU-second", flush=True)
+        runs.append((rate, per_cpu, floor))
+    rate, per_cpu, floor = (statistics.median(r[k] for r in runs) for k in range(3))
+    ratios = sorted(r[1] / r[2] for r in runs)
     figures.add_row("(a) baseline consume+decode events/s", f"{base:,.0f}")
-    figures.add_row("(a) joiner events/s (1 worker)", f"{rate:,.0f}")
+    figures.add_row("(a) joiner events/s (1 worker, median)", f"{rate:,.0f}")
     figures.add_row("(a) joiner / baseline", f"{rate / base:.3f}x")
-    figures.add_row("(a) joiner events per CPU-second", f"{per_cpu:,.0f}")
+    figures.add_row("(a) joiner events per CPU-second (median)", f"{per_cpu:,.0f}")
+    figures.add_row("(a) faust no-op agent events per CPU-second (median)", f"{floor:,.0f}")
+    figures.add_row("(a) joiner / faust no-op agent (per CPU-second)", f"{per_cpu / floor:.3f}x")
+    if len(runs) > 1:
+        per_run = ", ".join(f"{r:.3f}x" for r in ratios)
+        figures.add_row("(a) ... per run, lowest to highest", per_run)
     if args.scale_out:
         print("two joiner workers in one group drain the same records", flush=True)
         two = group_rate(
-            settings, topics, len(data), f"{topics.prefix}.joiner2", log_dir / "joiner2.log"
+            settings, topics, len(data), f"{topics.prefix}.group2", log_dir / "group2.log"
         )
         figures.add_row("(a) two workers events/s (wall)", f"{two:,.0f}")
-        figures.add_row("(a) two workers / one worker (wall)", f"{two / rate:.2f}x")
-    print("the faust floor: a no-op agent on the same records (bench/faust_floor.py)", flush=True)
-    floor = floor_rate(settings, topics, len(data), f"{topics.prefix}.floor", log_dir / "floor.log")
-    figures.add_row("(a) faust no-op agent events per CPU-second", f"{floor:,.0f}")
-    figures.add_row("(a) joiner / faust no-op agent (per CPU-second)", f"{per_cpu / floor:.3f}x")
+        figures.add_row("(a) two workers / one worker (wall, median)", f"{two / rate:.2f}x")
     if args.sink_rounds > 0:
         print("(b) sink vs decode + pyarrow (bench/pipeline_sink.py)", flush=True)
         pipeline_sink.throughput(settings, codec, args.events, args.sink_rounds, console)
