@@ -20,7 +20,7 @@ from faust.types.auth import CredentialsT
 
 from processors.joiner.config import JoinerConfig
 from processors.joiner.errors import JoinerError
-from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord
+from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, offset_key
 from processors.joiner.outbox import Outbox
 from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.state import entry_partition
@@ -144,7 +144,9 @@ def build_app(
         producer_linger=config.producer_linger_s,
         producer_max_batch_size=1 << 20,  # offers with code text: ~1-2 KiB per state record
     )
-    use_broker_highwaters(app)  # table recovery must know every changelog's end: transport.py
+    # Table recovery must know every changelog's end, and commits stop at what the workers
+    # applied (`applied_next` below): transport.py.
+    transport = use_broker_highwaters(app)
     raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
 
     # Outputs are queued per source partition and sent after each batch (or event) in that
@@ -289,6 +291,35 @@ def build_app(
             owned(*config.completion_topics, served.changelog_topic.get_topic_name())
         )
         grouper_state.retain(owned(config.rollouts_topic, groups.changelog_topic.get_topic_name()))
+
+    # What is applied of each source partition, from the workers' offset markers: faust's
+    # commits never pass it (transport.py), and the open transactions are committed with it
+    # when partitions are revoked (`Outbox.commit_open` says why; faust runs that signal after
+    # the agents finished their current batches and the producers were flushed).
+    marker_states = {
+        **{topic: joiner_state for topic in config.topics},
+        **{topic: served_state for topic in config.completion_topics},
+        config.rollouts_topic: grouper_state,
+    }
+
+    def applied_next(tp: TP) -> int | None:
+        """The offset after the last applied record of a source partition (all below it are
+        applied or accepted holes), 0 before the first; None for other topics."""
+        state = marker_states.get(tp.topic)
+        if state is None:
+            return None
+        applied = state.get(offset_key(tp.topic, tp.partition))
+        return 0 if applied is None else int(applied) + 1
+
+    transport.applied_next = applied_next
+
+    def applied_offsets(partitions: Iterable[TP]) -> dict[TP, int]:
+        return {tp: n for tp in partitions if (n := applied_next(tp))}
+
+    @app.on_partitions_revoked.connect
+    async def _revoked(_sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:
+        revoked: set[TP] = args[0]
+        await outbox.commit_open(applied_offsets(revoked))
 
     @app.on_rebalance_complete.connect
     async def _restored(_sender: Any, /, *_args: Any, signal: Any, **_kwargs: Any) -> None:

@@ -28,8 +28,10 @@ producer, which faust flushes before it commits offsets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from aiokafka.structs import TopicPartition
 
 from processors.joiner.errors import JoinerError
 
@@ -109,6 +111,47 @@ class Outbox:
                     by_transaction[tid] = (source_topic, partition, records)
             for tid, (source_topic, partition, records) in by_transaction.items():
                 await self._send_transactional(tid, source_topic, partition, records)
+
+    async def commit_open(self, offsets: Mapping[Any, int]) -> None:
+        """Commit every open transaction of this worker now, each with the source offsets among
+        `offsets` (faust TPs → the next offset to read) of its partitions.
+
+        For a rebalance: faust neither commits nor aborts at a revocation, so a transaction
+        stays open across it, and table recovery then replays the committed changelog over
+        the state, undoing the open transaction's writes (offset markers included) on every
+        partition this worker keeps. The records after the committed offsets were then applied
+        a second time into the same transaction: a two-worker crash run committed 123 Rewards
+        twice. Committed here, state, offsets and outputs agree before recovery runs. Raises
+        (the worker must stop: its state is not what Kafka holds) when a transaction with
+        offsets to commit is gone or fenced."""
+        if not self._exactly_once:
+            return
+        producer = self._app.producer
+        by_transaction: dict[str, dict[Any, int]] = {
+            tid: {} for tid in producer._transaction_producers
+        }
+        for tp, offset in offsets.items():
+            tid = self._transactional_id(tp.topic, tp.partition)
+            # aiokafka takes its own TopicPartition only (faust's rebalance signals give TPs)
+            by_transaction.setdefault(tid, {})[TopicPartition(tp.topic, tp.partition)] = offset
+        async with self._sending:
+            for tid, tid_offsets in sorted(by_transaction.items()):
+                lock = producer._trn_locks.get(tid)
+                txn = producer._transaction_producers.get(tid)
+                if lock is None or txn is None:
+                    if tid_offsets:
+                        raise JoinerError(
+                            f"the transaction {tid} is gone with offsets {tid_offsets} to "
+                            "commit: another worker fenced this one; restart it"
+                        )
+                    continue
+                async with lock:
+                    if not txn._txn_manager.is_in_transaction():
+                        continue  # none open (its begin failed): nothing of it to commit
+                    if tid_offsets:
+                        await txn.send_offsets_to_transaction(tid_offsets, self._app.conf.id)
+                    await txn.commit_transaction()
+                    await txn.begin_transaction()
 
     def _transactional_id(self, source_topic: str, partition: int) -> str:
         """faust's transactional id for a source partition: `<app id>-<topic group>-<n>`."""

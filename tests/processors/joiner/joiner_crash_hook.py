@@ -9,7 +9,10 @@ commit once the worker has emitted at least REWARDS Rewards:
   must be durable, or it is lost: its source offsets are committed);
 * ``before``: just before it starts (the open transactions are aborted; their records must be
   processed again);
-* ``term``: SIGTERM instead, just after that commit: the worker must stop cleanly (exit 0).
+* ``term``: SIGTERM instead, just after that commit: the worker must stop cleanly (exit 0);
+* ``hold``: no kill; from then on faust's commits are skipped until the next rebalance, so the
+  transaction holding those Rewards is still open when partitions are revoked (as it is when a
+  rebalance falls between two of faust's periodic commits).
 
 It commits every 50 ms (faust's default is 2.8 s) so a commit lands while a burst of Rewards is
 being written, and prints to stderr what was still waiting in faust's producer buffer.
@@ -80,10 +83,19 @@ def _die(when: str) -> None:
     os.kill(os.getpid(), sig)
 
 
+HOLDING: list[bool] = []  # hold mode: [True] while commits are skipped, [False] after
+
+
 async def _commit_then_maybe_die(
     self: Any, offsets: Any, start_new_transaction: bool = True
 ) -> bool:
     due = _rewards() >= AT_REWARDS
+    if MODE == "hold":
+        if due and not HOLDING:
+            HOLDING.append(True)
+            print(f"crash hook: holding commits at {_rewards()} rewards", file=sys.stderr)
+        if HOLDING and HOLDING[-1]:
+            return False  # not committed: faust keeps the offsets for a later commit
     if due and MODE == "before":
         _die("before")
     done = await _commit(self, offsets, start_new_transaction=start_new_transaction)
@@ -92,7 +104,18 @@ async def _commit_then_maybe_die(
     return bool(done)
 
 
+_on_rebalance = TransactionManager.on_rebalance
+
+
+async def _on_rebalance_resume(self: Any, *args: Any, **kwargs: Any) -> None:
+    if HOLDING and HOLDING[-1]:
+        HOLDING.append(False)
+        print("crash hook: a rebalance; commits resume", file=sys.stderr, flush=True)
+    await _on_rebalance(self, *args, **kwargs)
+
+
 TransactionManager.commit = _commit_then_maybe_die  # type: ignore[method-assign]
+TransactionManager.on_rebalance = _on_rebalance_resume  # type: ignore[method-assign]
 
 from flywheel.commands.process import process  # noqa: E402
 
