@@ -28,7 +28,8 @@ producer, which faust flushes before it commits offsets.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiokafka.structs import TopicPartition
@@ -136,22 +137,34 @@ class Outbox:
             by_transaction.setdefault(tid, {})[TopicPartition(tp.topic, tp.partition)] = offset
         async with self._sending:
             for tid, tid_offsets in sorted(by_transaction.items()):
-                lock = producer._trn_locks.get(tid)
-                txn = producer._transaction_producers.get(tid)
-                if lock is None or txn is None:
-                    if tid_offsets:
-                        raise JoinerError(
-                            f"the transaction {tid} is gone with offsets {tid_offsets} to "
-                            "commit: another worker fenced this one; restart it"
-                        )
-                    continue
-                async with lock:
+                async with self._transaction(tid) as txn:
+                    if txn is None:
+                        if tid_offsets:
+                            raise JoinerError(
+                                f"the transaction {tid} is gone with offsets {tid_offsets} to "
+                                "commit: another worker fenced this one; restart it"
+                            )
+                        continue
                     if not txn._txn_manager.is_in_transaction():
                         continue  # none open (its begin failed): nothing of it to commit
                     if tid_offsets:
                         await txn.send_offsets_to_transaction(tid_offsets, self._app.conf.id)
                     await txn.commit_transaction()
                     await txn.begin_transaction()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, tid: str) -> AsyncIterator[Any]:
+        """faust's transactional aiokafka producer for `tid`, held under faust's lock for it
+        (its commit takes the same lock around send_offsets_to_transaction + commit); None when
+        there is none (the partition was revoked, or another worker fenced this one). faust
+        keeps both in private maps of its Producer."""
+        producer = self._app.producer
+        lock = producer._trn_locks.get(tid)
+        if lock is None:
+            yield None
+            return
+        async with lock:
+            yield producer._transaction_producers.get(tid)
 
     def _transactional_id(self, source_topic: str, partition: int) -> str:
         """faust's transactional id for a source partition: `<app id>-<topic group>-<n>`."""
@@ -161,22 +174,12 @@ class Outbox:
     async def _send_transactional(
         self, tid: str, source_topic: str, partition: int, records: list[OutRecord]
     ) -> None:
-        producer = self._app.producer  # faust's aiokafka Producer
-        # faust keeps the transactional producers and their locks in these (private) maps;
-        # its commit takes the same lock around send_offsets_to_transaction + commit.
-        lock = producer._trn_locks.get(tid)
-        if lock is None:
-            raise JoinerError(
-                f"no Kafka transaction is open for {source_topic} partition {partition} "
-                f"(transactional id {tid}): the partition was revoked or this worker was "
-                "fenced; restart the worker"
-            )
-        async with lock:
-            txn = producer._transaction_producers.get(tid)
+        async with self._transaction(tid) as txn:
             if txn is None:
                 raise JoinerError(
-                    f"the transactional producer {tid} was fenced by another worker owning "
-                    f"{source_topic} partition {partition}; restart this worker"
+                    f"no Kafka transaction is open for {source_topic} partition {partition} "
+                    f"(transactional id {tid}): the partition was revoked or another worker "
+                    "fenced this one; restart the worker"
                 )
             # One aiokafka record batch per destination partition, in the records' order: a
             # record's own `send` costs a future, a done callback and a wake-up each (the
