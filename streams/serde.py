@@ -20,6 +20,7 @@ from fastavro.validation import ValidationError, validate
 
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_text, subject_for
 from schemas.events import Event
+from streams.avro_compiled import Reader, Unsupported, Writer, compile_reader, compile_writer
 from streams.errors import DecodeError, EventValidationError, SchemaRegistryRequestError
 
 MAGIC_BYTE = 0
@@ -48,8 +49,10 @@ class AvroCodec:
         self._registry = registry
         self._ids: dict[str, int] = {}  # topic -> id of the current schema
         self._writers: dict[int, Any] = {}  # schema id -> parsed writer schema
-        self._encoders: dict[str, tuple[bytes, Any]] = {}  # topic -> (wire header, schema)
+        # topic -> (wire header, schema, its compiled writer or None)
+        self._encoders: dict[str, tuple[bytes, Any, Writer | None]] = {}
         self._plains: dict[int, Any] = {}  # schema id -> the schema without logical types
+        self._readers: dict[int, Reader | None] = {}  # schema id -> its compiled plain reader
 
     @classmethod
     def for_url(cls, registry_url: str, config: Mapping[str, str] | None = None) -> AvroCodec:
@@ -93,17 +96,26 @@ class AvroCodec:
         """Wire-format bytes of `record` for `topic`.
 
         Raises EventValidationError naming each field that does not match the schema. The
-        writer checks types as it writes; only a record it refuses pays for the full validation
-        that names the fields (validating every record up front costs more than encoding it).
+        schema's compiled writer (`streams.avro_compiled`) takes plain records; any other goes
+        to fastavro, which converts it (datetimes, defaults) and checks types as it writes;
+        only a record it refuses pays for the full validation that names the fields
+        (validating every record up front costs more than encoding it).
         """
         writer = self._encoders.get(topic)
         if writer is None:
             schema_id = self.register(topic)
-            writer = self._encoders[topic] = (
-                HEADER.pack(MAGIC_BYTE, schema_id),
-                self._writers[schema_id],
-            )
-        header, schema = writer
+            schema = self._writers[schema_id]
+            try:
+                compiled: Writer | None = compile_writer(schema)
+            except Unsupported:
+                compiled = None
+            writer = self._encoders[topic] = (HEADER.pack(MAGIC_BYTE, schema_id), schema, compiled)
+        header, schema, compiled = writer
+        if compiled is not None:
+            try:
+                return header + compiled(record)
+            except Exception:  # noqa: S110 - fastavro converts it, or says what is wrong
+                pass
         out = io.BytesIO(header)
         out.seek(HEADER.size)
         try:
@@ -126,9 +138,21 @@ class AvroCodec:
 
         `plain`: logical types as their Avro values (timestamps as epoch-ms ints, uuids as
         strings), which `AvroRecord.from_record` takes as well; fastavro's conversions cost a
-        third of an offer's decode, and a reader building typed events does them again."""
+        third of an offer's decode, and a reader building typed events does them again. A
+        plain record written with the current schema is read by its compiled reader
+        (`streams.avro_compiled`; fastavro reads it again when that one raises)."""
         schema_id = schema_id_of(data)
         reader_id = self.register(topic)
+        if plain and schema_id == reader_id:
+            compiled = self._compiled_reader(schema_id)
+            if compiled is not None:
+                try:
+                    fast, end = compiled(data, HEADER.size)
+                except Exception:  # noqa: S110 - fastavro's reading or error stands
+                    pass
+                else:
+                    if end == len(data):
+                        return fast
         writer = self._writer(schema_id)
         reader = None if schema_id == reader_id else self._writers[reader_id]
         if plain:
@@ -157,6 +181,16 @@ class AvroCodec:
         if not isinstance(record, dict):
             raise DecodeError("schema_mismatch", f"schema {schema_id} is not a record schema")
         return record
+
+    def _compiled_reader(self, schema_id: int) -> Reader | None:
+        """The compiled reader of a current schema (`streams.avro_compiled`); None when it
+        holds a type the compiler leaves to fastavro."""
+        if schema_id not in self._readers:
+            try:
+                self._readers[schema_id] = compile_reader(self._writers[schema_id])
+            except Unsupported:
+                self._readers[schema_id] = None
+        return self._readers[schema_id]
 
     def _plain(self, schema_id: int, parsed: Any) -> Any:
         plain = self._plains.get(schema_id)

@@ -21,6 +21,7 @@ from processors.rewards.rollouts import GroupPolicy
 from schemas.enums import Outcome
 from schemas.events import EditObserved, Event, RolloutResult, SuggestionOutcome
 from streams.serde import AvroCodec
+from tests.registry_double import FakeRegistry
 from tests.sample_events import PRODUCER, offered
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -31,19 +32,6 @@ TOPIC_OF = {
     "EditObserved": "telemetry.edits",
     "RolloutResult": "rollouts.results",
 }
-
-
-class FakeRegistry:
-    """Just enough of SchemaRegistryClient for AvroCodec to encode and decode its own records."""
-
-    def __init__(self) -> None:
-        self.subjects: dict[str, int] = {}
-
-    def set_compatibility(self, _subject: str, _level: str) -> None:
-        return None
-
-    def register_schema(self, subject: str, _schema: Any) -> int:
-        return self.subjects.setdefault(subject, len(self.subjects) + 1)
 
 
 def joiner_over(state: Any, h: Harness, *, idle_s: float = 0.0) -> RewardJoiner:
