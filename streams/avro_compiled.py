@@ -90,35 +90,40 @@ def compile_writer(schema: Mapping[str, Any]) -> Writer:
     """The writer of a (fastavro-parsed or plain JSON) record schema: record dict → Avro body.
 
     Raises `Unsupported` for a schema holding a type it does not compile."""
-    return _Compiler().compile(schema)
+    return _WriterCode().define(schema)
 
 
-class _Compiler:
-    def __init__(self) -> None:
+def compile_reader(schema: Mapping[str, Any]) -> Reader:
+    """The reader of bodies written with the (fastavro-parsed or plain JSON) record `schema`:
+    (data, start) → (record with plain values, end). Raises `Unsupported` like
+    `compile_writer`."""
+    return _ReaderCode().define(schema)
+
+
+class _Code:
+    """The source of one generated function, and the names it uses."""
+
+    ROLE = ""  # "writer" or "reader": names the function and its code object
+
+    def __init__(self, env: dict[str, Any]) -> None:
         self._lines: list[str] = []
-        self._env: dict[str, Any] = {
-            "write_long": write_long,
-            "write_string": write_string,
-            "write_bytes": write_bytes,
-            "write_boolean": _write_boolean,
-            "pack_double": _DOUBLE,
-            "pack_float": _FLOAT,
-            "pack_many": struct.pack,
-        }
-        self._named: dict[str, Any] = {}
+        self._env = env
+        self._named: dict[str, Any] = {}  # named types met so far, by full name
         self._vars = 0
 
-    def compile(self, schema: Mapping[str, Any]) -> Writer:
+    def _build(self, schema: Mapping[str, Any], signature: str) -> Any:
+        """Define `signature` from the lines `_body` emits and returns the function."""
         if schema.get("type") != "record":
             raise Unsupported("only record schemas are compiled")
-        self._lines = ["def write(record):", "    out = bytearray()"]
-        self._type(schema, "record", 1)
-        self._lines.append("    return bytes(out)")
-        name = str(schema.get("name", "record"))
-        source = "\n".join(self._lines)
-        exec(compile(source, f"<avro writer of {name}>", "exec"), self._env)  # noqa: S102
-        writer: Writer = self._env["write"]
-        return writer
+        self._lines = [f"def {signature}:"]
+        self._lines.append("    " + self._body(schema))
+        where = f"<avro {self.ROLE} of {schema.get('name', 'record')}>"
+        exec(compile("\n".join(self._lines), where, "exec"), self._env)  # noqa: S102
+        return self._env[signature.split("(")[0]]
+
+    def _body(self, schema: Mapping[str, Any]) -> str:
+        """Emit the function's lines; returns its last (the return statement)."""
+        raise NotImplementedError
 
     def _var(self, prefix: str) -> str:
         self._vars += 1
@@ -127,43 +132,86 @@ class _Compiler:
     def _emit(self, depth: int, line: str) -> None:
         self._lines.append("    " * depth + line)
 
-    def _type(self, schema: Any, value: str, depth: int) -> None:
-        """Lines writing the expression `value` (a local name) of type `schema`."""
-        if isinstance(schema, str):
-            if schema in self._named:
+    def _resolve(self, schema: Any) -> Any:
+        """`schema` as a primitive's name, a union's list, or a record, enum, array or map."""
+        while True:
+            if isinstance(schema, str):
+                if schema not in self._named:
+                    return schema
                 schema = self._named[schema]
-            else:
-                self._primitive(schema, value, depth)
-                return
-        if isinstance(schema, list):
-            self._union(schema, value, depth)
-            return
-        kind = schema["type"]
-        logical = schema.get("logicalType")
-        if logical is not None:
-            if (kind, logical) not in _SUPPORTED_LOGICAL:
-                raise Unsupported(f"logical type {logical} on {kind}")
-            self._primitive(kind, value, depth)
-            return
-        if kind == "record":
-            self._named[schema["name"]] = schema
-            for field in schema["fields"]:
+            if isinstance(schema, list):
+                return schema
+            kind, logical = schema["type"], schema.get("logicalType")
+            if logical is not None:
+                if (kind, logical) not in _SUPPORTED_LOGICAL:
+                    raise Unsupported(f"logical type {logical} on {kind}")
+                return kind  # over its plain value
+            if kind in ("record", "enum"):
+                self._named[schema["name"]] = schema
+                return schema
+            if kind in ("array", "map"):
+                return schema
+            if kind == "fixed":
+                raise Unsupported("type fixed")
+            schema = kind  # {"type": "string"} and the like
+
+    @staticmethod
+    def _null_first(branches: list[Any]) -> tuple[int, Any]:
+        """(index of null, the other branch) of a ``["null", T]`` or ``[T, "null"]`` union."""
+        if len(branches) != 2 or "null" not in branches:
+            raise Unsupported("unions other than [null, T]")
+        null_index = branches.index("null")
+        return null_index, branches[1 - null_index]
+
+
+class _WriterCode(_Code):
+    ROLE = "writer"
+
+    def __init__(self) -> None:
+        super().__init__({
+            "write_long": write_long,
+            "write_string": write_string,
+            "write_bytes": write_bytes,
+            "write_boolean": _write_boolean,
+            "pack_double": _DOUBLE,
+            "pack_float": _FLOAT,
+            "pack_many": struct.pack,
+        })  # fmt: skip
+
+    def define(self, schema: Mapping[str, Any]) -> Writer:
+        writer: Writer = self._build(schema, "write(record)")
+        return writer
+
+    def _body(self, schema: Mapping[str, Any]) -> str:
+        self._emit(1, "out = bytearray()")
+        self._type(schema, "record", 1)
+        return "return bytes(out)"
+
+    def _type(self, schema: Any, value: str, depth: int) -> None:
+        """Lines writing the local `value` of type `schema`."""
+        resolved = self._resolve(schema)
+        if isinstance(resolved, str):
+            self._primitive(resolved, value, depth)
+        elif isinstance(resolved, list):
+            null_index, other = self._null_first(resolved)
+            self._emit(depth, f"if {value} is None:")
+            self._emit(depth + 1, f"out.append({2 * null_index})")  # the zig-zag branch index
+            self._emit(depth, "else:")
+            self._emit(depth + 1, f"out.append({2 * (1 - null_index)})")
+            self._type(other, value, depth + 1)
+        elif resolved["type"] == "record":
+            for field in resolved["fields"]:
                 local = self._var("v")
                 self._emit(depth, f"{local} = {value}[{field['name']!r}]")
                 self._type(field["type"], local, depth)
-        elif kind == "enum":
-            self._named[schema["name"]] = schema
+        elif resolved["type"] == "enum":
             index = self._var("symbols")
-            self._env[index] = {s: i for i, s in enumerate(schema["symbols"])}
+            self._env[index] = {s: i for i, s in enumerate(resolved["symbols"])}
             self._emit(depth, f"write_long(out, {index}[{value}])")
-        elif kind == "array":
-            self._array(schema["items"], value, depth)
-        elif kind == "map":
-            self._map(schema["values"], value, depth)
-        elif isinstance(kind, (str, list, dict)) and kind not in ("fixed",):
-            self._type(kind, value, depth)
+        elif resolved["type"] == "array":
+            self._array(resolved["items"], value, depth)
         else:
-            raise Unsupported(f"type {kind}")
+            self._map(resolved["values"], value, depth)
 
     def _primitive(self, kind: str, value: str, depth: int) -> None:
         # Lengths and small values inline (one byte below 64), the rest through write_long:
@@ -190,17 +238,6 @@ class _Compiler:
         else:
             raise Unsupported(f"type {kind}")
 
-    def _union(self, branches: list[Any], value: str, depth: int) -> None:
-        if len(branches) != 2 or "null" not in branches:
-            raise Unsupported("unions other than [null, T]")
-        null_index = branches.index("null")
-        other = branches[1 - null_index]
-        self._emit(depth, f"if {value} is None:")
-        self._emit(depth + 1, f"out.append({2 * null_index})")  # the zig-zag branch index
-        self._emit(depth, "else:")
-        self._emit(depth + 1, f"out.append({2 * (1 - null_index)})")
-        self._type(other, value, depth + 1)
-
     def _array(self, items: Any, value: str, depth: int) -> None:
         # One block holding every item, then the empty block (fastavro writes the same).
         self._emit(depth, f"if {value}:")
@@ -224,42 +261,24 @@ class _Compiler:
         self._emit(depth, "out.append(0)")
 
 
-def compile_reader(schema: Mapping[str, Any]) -> Reader:
-    """The reader of bodies written with the (fastavro-parsed or plain JSON) record `schema`:
-    (data, start) → (record with plain values, end). Raises `Unsupported` like
-    `compile_writer`."""
-    return _ReaderCompiler().compile(schema)
+class _ReaderCode(_Code):
+    ROLE = "reader"
 
-
-class _ReaderCompiler:
     def __init__(self) -> None:
-        self._lines: list[str] = []
-        self._env: dict[str, Any] = {
+        super().__init__({
             "read_long": read_long,
             "unpack_double": struct.Struct("<d").unpack_from,
             "unpack_float": struct.Struct("<f").unpack_from,
             "unpack_many": struct.unpack_from,
-        }
-        self._named: dict[str, Any] = {}
-        self._vars = 0
+        })  # fmt: skip
 
-    def compile(self, schema: Mapping[str, Any]) -> Reader:
-        if schema.get("type") != "record":
-            raise Unsupported("only record schemas are compiled")
-        self._lines = ["def read(data, pos):", "    size = len(data)"]
-        result = self._type(schema, 1)
-        self._lines.append(f"    return {result}, pos")
-        name = str(schema.get("name", "record"))
-        exec(compile("\n".join(self._lines), f"<avro reader of {name}>", "exec"), self._env)  # noqa: S102
-        reader: Reader = self._env["read"]
+    def define(self, schema: Mapping[str, Any]) -> Reader:
+        reader: Reader = self._build(schema, "read(data, pos)")
         return reader
 
-    def _var(self, prefix: str) -> str:
-        self._vars += 1
-        return f"{prefix}{self._vars}"
-
-    def _emit(self, depth: int, line: str) -> None:
-        self._lines.append("    " * depth + line)
+    def _body(self, schema: Mapping[str, Any]) -> str:
+        self._emit(1, "size = len(data)")
+        return f"return {self._type(schema, 1)}, pos"
 
     def _long(self, target: str, depth: int) -> None:
         """Lines reading a varint into `target` (one byte inline)."""
@@ -272,37 +291,32 @@ class _ReaderCompiler:
 
     def _type(self, schema: Any, depth: int) -> str:
         """Lines reading a value of `schema`; returns the local holding it."""
-        if isinstance(schema, str):
-            if schema not in self._named:
-                return self._primitive(schema, depth)
-            schema = self._named[schema]
-        if isinstance(schema, list):
-            return self._union(schema, depth)
-        kind = schema["type"]
-        logical = schema.get("logicalType")
-        if logical is not None:
-            if (kind, logical) not in _SUPPORTED_LOGICAL:
-                raise Unsupported(f"logical type {logical} on {kind}")
-            return self._primitive(kind, depth)
-        if kind == "record":
-            self._named[schema["name"]] = schema
-            values = [(f["name"], self._type(f["type"], depth)) for f in schema["fields"]]
-            out = self._var("rec")
+        resolved = self._resolve(schema)
+        if isinstance(resolved, str):
+            return self._primitive(resolved, depth)
+        out = self._var("v")
+        if isinstance(resolved, list):
+            null_index, other = self._null_first(resolved)
+            self._emit(depth, "b = data[pos]")
+            self._emit(depth, "pos += 1")
+            self._emit(depth, f"if b == {2 * null_index}:")  # the zig-zag branch index
+            self._emit(depth + 1, f"{out} = None")
+            self._emit(depth, f"elif b == {2 * (1 - null_index)}:")
+            self._emit(depth + 1, f"{out} = {self._type(other, depth + 1)}")
+            self._emit(depth, "else:")
+            self._emit(depth + 1, "raise ValueError('union branch out of range')")
+        elif resolved["type"] == "record":
+            values = [(f["name"], self._type(f["type"], depth)) for f in resolved["fields"]]
             self._emit(depth, f"{out} = {{" + ", ".join(f"{n!r}: {v}" for n, v in values) + "}")
-            return out
-        if kind == "enum":
-            self._named[schema["name"]] = schema
-            symbols, out = self._var("symbols"), self._var("v")
-            self._env[symbols] = tuple(schema["symbols"])
+        elif resolved["type"] == "enum":
+            symbols = self._var("symbols")
+            self._env[symbols] = tuple(resolved["symbols"])
             self._long(out, depth)
-            self._emit(depth, f"if not 0 <= {out} < {len(schema['symbols'])}: raise IndexError")
+            self._emit(depth, f"if not 0 <= {out} < {len(resolved['symbols'])}: raise IndexError")
             self._emit(depth, f"{out} = {symbols}[{out}]")
-            return out
-        if kind in ("array", "map"):
-            return self._blocks(schema, depth)
-        if isinstance(kind, (str, list, dict)) and kind != "fixed":
-            return self._type(kind, depth)
-        raise Unsupported(f"type {kind}")
+        else:
+            self._blocks(resolved, out, depth)
+        return out
 
     def _primitive(self, kind: str, depth: int) -> str:
         out = self._var("v")
@@ -329,27 +343,11 @@ class _ReaderCompiler:
             raise Unsupported(f"type {kind}")
         return out
 
-    def _union(self, branches: list[Any], depth: int) -> str:
-        if len(branches) != 2 or "null" not in branches:
-            raise Unsupported("unions other than [null, T]")
-        null_index = branches.index("null")
-        out = self._var("v")
-        self._emit(depth, "b = data[pos]")
-        self._emit(depth, "pos += 1")
-        self._emit(depth, f"if b == {2 * null_index}:")  # the zig-zag branch index
-        self._emit(depth + 1, f"{out} = None")
-        self._emit(depth, f"elif b == {2 * (1 - null_index)}:")
-        value = self._type(branches[1 - null_index], depth + 1)
-        self._emit(depth + 1, f"{out} = {value}")
-        self._emit(depth, "else:")
-        self._emit(depth + 1, "raise ValueError('union branch out of range')")
-        return out
-
-    def _blocks(self, schema: Mapping[str, Any], depth: int) -> str:
-        """An array or map: blocks of items until an empty one (a negative count is followed
-        by the block's size in bytes, which other writers use to skip)."""
+    def _blocks(self, schema: Mapping[str, Any], out: str, depth: int) -> None:
+        """An array or map into `out`: blocks of items until an empty one (a negative count is
+        followed by the block's size in bytes, which other writers use to skip)."""
         is_map = schema["type"] == "map"
-        out, count = self._var("v"), self._var("count")
+        count = self._var("count")
         self._emit(depth, f"{out} = {{}}" if is_map else f"{out} = []")
         self._emit(depth, "while True:")
         self._long(count, depth + 1)
@@ -362,13 +360,11 @@ class _ReaderCompiler:
             code, width = ("d", 8) if items == "double" else ("f", 4)
             self._emit(depth + 1, f"{out}.extend(unpack_many('<%d{code}' % {count}, data, pos))")
             self._emit(depth + 1, f"pos += {width} * {count}")
-            return out
+            return
         self._emit(depth + 1, f"for _ in range({count}):")
         if is_map:
             key = self._primitive("string", depth + 2)
             value = self._type(items, depth + 2)
             self._emit(depth + 2, f"{out}[{key}] = {value}")
         else:
-            value = self._type(items, depth + 2)
-            self._emit(depth + 2, f"{out}.append({value})")
-        return out
+            self._emit(depth + 2, f"{out}.append({self._type(items, depth + 2)})")
