@@ -3,7 +3,6 @@ option and the HTTP endpoint."""
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from feature_store.processor import ProcessorStatus
 from fleet.metrics import ServingCollector
 from fleet.subscriber import ServedModel, ServingSnapshot
 from flywheel.errors import MetricsError
+from flywheel.listen import free_port
 from flywheel.metrics import (
     FeatureProcessorCollector,
     JoinerCollector,
@@ -169,16 +169,10 @@ def test_simulator_before_and_after_its_first_report() -> None:
     assert value(got, "flywheel_records_produced_total", service="simulator", output="events") == 30
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_server_serves_metrics_and_refuses_a_taken_port() -> None:
     assert start_metrics_server(0, CollectorRegistry()) is None  # 0: off
     stats = JoinerStats(events=3)
-    server = start_metrics_server(_free_port(), service_registry(JoinerCollector(stats)),
+    server = start_metrics_server(free_port(), service_registry(JoinerCollector(stats)),
                                   "127.0.0.1")  # fmt: skip
     assert server is not None
     try:

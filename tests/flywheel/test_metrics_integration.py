@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from flywheel.listen import free_port
 from flywheel.settings import Settings
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
@@ -36,12 +36,6 @@ PARTITIONS = 2
 RECORDS_OUT = "flywheel_records_produced_total"
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> Samples | None:

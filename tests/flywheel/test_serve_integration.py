@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from starlette.testclient import TestClient
 from fleet.serving_app import create_app
 from flywheel.clients import codec as make_codec
 from flywheel.commands.serve import build_replica, follow
+from flywheel.listen import free_port
 from flywheel.settings import Settings
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import (
@@ -128,16 +128,10 @@ def test_serves_the_fallback_then_the_promoted_version_then_a_canary(
     assert models["production"]["version"] == 1 and models["canary"]["traffic_fraction"] == 1.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_command_serves_until_sigterm(stack: Settings, unique: str) -> None:
     """The real `flywheel serve` process: healthy, answers, stops cleanly on SIGTERM. Its model
     name is unique, so it reads the platform's channels but has nothing to load or ack."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "flywheel", "serve", "--model", unique, "--port", str(port)]
     command += ["--status-every-s", "0.5"]
     process = subprocess.Popen(

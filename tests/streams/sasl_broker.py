@@ -11,7 +11,6 @@ and heartbeats through it. Every other principal needs ACLs: no ACL means no acc
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from flywheel.listen import free_port
 from flywheel.settings import Settings
 from streams.stack.artifacts import java_executable, kafka_libs
 from streams.stack.kafka import KafkaBroker
@@ -67,14 +67,6 @@ class SaslBroker:
             "FLYWHEEL_SCHEMA_REGISTRY_URL": registry_url,
             **{f"FLYWHEEL_KAFKA_{name}": value for name, value in kafka.items()},
         }
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def broker_overrides(ports: StackPorts, passwords: Mapping[str, str]) -> dict[str, str]:

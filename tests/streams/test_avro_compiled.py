@@ -7,6 +7,7 @@ import random
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import fastavro
@@ -14,7 +15,13 @@ import pytest
 
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_names
 from schemas.events import SuggestionOffered
-from streams.avro_compiled import Unsupported, compile_reader, compile_writer, write_long
+from streams.avro_compiled import (
+    Unsupported,
+    compile_reader,
+    compile_writer,
+    read_long,
+    write_long,
+)
 from streams.errors import DecodeError, EventValidationError
 from streams.serde import HEADER, AvroCodec, _without_logical_types
 from tests.registry_double import FakeRegistry
@@ -128,6 +135,51 @@ def test_values_it_does_not_take_raise_instead_of_writing() -> None:
             write({**record, field: value})
     with pytest.raises(KeyError):  # fastavro applies the field's default
         write({k: v for k, v in record.items() if k != "producer"})
+
+
+def writes_as_fastavro_or_raises(field_type: Any, value: Any) -> bool:
+    """The compiled writer never writes what fastavro would not: it raises (and the codec
+    falls back to fastavro) or writes fastavro's bytes."""
+    schema = fastavro.parse_schema(
+        {"type": "record", "name": "R", "fields": [{"name": "f", "type": field_type}]}
+    )
+    try:
+        written = compile_writer(schema)({"f": value})
+    except Exception:  # any refusal is fine: fastavro decides
+        return True
+    try:
+        return written == fastavro_bytes(schema, {"f": value})
+    except Exception:  # fastavro refuses what the compiled writer wrote
+        return False
+
+
+@pytest.mark.parametrize(
+    ("field_type", "value"),
+    [
+        (["null", "int"], 2**31),  # fastavro checks a union's int against 32 bits
+        (["null", "int"], -(2**31) - 1),
+        (["null", "long"], True),  # a bool is no union's long, double or float
+        (["null", "double"], True),
+        (["null", "float"], False),
+        (["null", {"type": "array", "items": "float"}], [0.5, True]),
+        (["null", {"type": "array", "items": "long"}], (1, 2)),  # a tuple names a branch
+        (["null", {"type": "array", "items": "long"}], "ab"),
+        (["null", {"type": "map", "values": "long"}], []),
+        (["null", "bytes"], memoryview(b"ab")),
+        (["null", "double"], Decimal("1.5")),
+        ({"type": "array", "items": "long"}, None),  # not an empty array
+        ({"type": "map", "values": "long"}, 0),
+    ],
+)
+def test_values_fastavro_refuses_are_not_written(field_type: Any, value: Any) -> None:
+    assert writes_as_fastavro_or_raises(field_type, value)
+
+
+def test_varints_beyond_64_bits_are_refused() -> None:
+    """fastavro wraps them to 64 bits; the compiled reader leaves such a body to it."""
+    with pytest.raises(ValueError, match="64 bits"):
+        read_long(bytes([0xFE] + [0xFF] * 8 + [0x7F]), 0)
+    assert read_long(bytes([0xFE] + [0xFF] * 8 + [0x01]), 0) == (2**63 - 1, 10)
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import multiprocessing
 import runpy
-import socket
 from collections.abc import Mapping, Sequence
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
+
+from flywheel.listen import free_port
 
 SCRIPT = Path(__file__).with_name("tiny_training.py")
 _PRELOAD = ["torch", "streaming", "learner.trainer", "learner.checkpoints"]
@@ -36,12 +37,6 @@ def start(spec: Mapping[str, Any]) -> BaseProcess:
     )
     process.start()
     return process
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_all(specs: Sequence[Mapping[str, Any]], timeout_s: float = 60.0) -> None:

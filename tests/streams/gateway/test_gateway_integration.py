@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from flywheel.clients import telemetry_client
+from flywheel.listen import free_port
 from flywheel.settings import Settings
 from schemas.events import EVENT_TYPES, Event, SuggestionOffered
 from streams.client import CLIENT_TOPICS, ROUTES
@@ -106,16 +106,10 @@ def test_accepted_events_read_back_with_the_stock_deserializer(
     assert_arrived_as_sent([*sent, minimal_event], found)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_flywheel_gateway_serve_end_to_end(stack: Settings, tmp_path: Path) -> None:
     home = tmp_path / "home"
     secret = ApiKeyStore(default_key_path(home)).add("serve-it")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "FLYWHEEL_HOME": str(home),
