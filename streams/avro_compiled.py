@@ -62,12 +62,6 @@ def write_int(out: bytearray, n: int) -> None:
     write_long(out, n)
 
 
-def write_string(out: bytearray, value: str) -> None:
-    data = value.encode()
-    write_long(out, len(data))
-    out += data
-
-
 def write_bytes(out: bytearray, value: bytes) -> None:
     if type(value) not in (bytes, bytearray):
         raise TypeError(f"{type(value).__name__} is not bytes")
@@ -189,7 +183,6 @@ class _WriterCode(_Code):
         super().__init__({
             "write_long": write_long,
             "write_int": write_int,
-            "write_string": write_string,
             "write_bytes": write_bytes,
             "write_boolean": _write_boolean,
             "pack_double": _DOUBLE,
@@ -283,7 +276,7 @@ class _WriterCode(_Code):
         self._emit(depth + 1, f"write_long(out, len({value}))")
         key, item = self._var("key"), self._var("item")
         self._emit(depth + 1, f"for {key}, {item} in {value}.items():")
-        self._emit(depth + 2, f"write_string(out, {key})")
+        self._primitive("string", key, depth + 2)
         self._type(values, item, depth + 2)
         self._emit(depth, "out.append(0)")
 
