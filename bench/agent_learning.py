@@ -58,13 +58,15 @@ def main() -> None:
         "when all pass, else 0 (what pass@1 counts)",
     )  # fmt: skip
     parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
+    parser.add_argument("--max-new-tokens", type=int, default=24, help="per trial and eval task")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
     eval_tasks = env.tasks("eval", args.eval_tasks)
     model, tokenizer = load_checkpoint(Path(args.checkpoint))
     started = time.monotonic()
-    before = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
+    before = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
     print(f"pass@1 before: {before.pass_at_1:.1%} ({_by_depth(before, eval_tasks)})")
     reference = None
     if args.kl > 0:
@@ -75,12 +77,12 @@ def main() -> None:
     synthesis = ProgramSynthesis()  # the training pool by depth (the curriculum's --max-depth)
     pool = [synthesis.task(draw, draw.randint(1, args.max_depth))
             for _ in range(args.tasks * args.iterations)]  # fmt: skip
-    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=24)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     for i in range(args.iterations):
         tasks = pool[i * args.tasks : (i + 1) * args.tasks]
         model.eval()
-        trials = collect_trials(model, tokenizer, env, tasks, args.group, sampling, seq_len=128,
-                                seed=rng.randrange(1 << 30))  # fmt: skip
+        trials = collect_trials(model, tokenizer, env, tasks, args.group, sampling,
+                                seq_len=args.seq_len, seed=rng.randrange(1 << 30))  # fmt: skip
         advantage = trials.advantage
         if args.reward == "solved":  # all hidden tests passed or nothing: what pass@1 counts
             solved = (trials.reward >= 1.0).astype(np.float32).tolist()
@@ -110,11 +112,11 @@ def main() -> None:
               "flat groups)", flush=True)  # fmt: skip
         if args.eval_every and (i + 1) % args.eval_every == 0 and i + 1 < args.iterations:
             model.eval()
-            now = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
+            now = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
             print(f"  pass@1 after {i + 1} iterations: {now.pass_at_1:.1%} "
                   f"({_by_depth(now, eval_tasks)})", flush=True)  # fmt: skip
     model.eval()
-    after = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=24)
+    after = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
     decision = decide(after, before, AgentGateConfig())
     lift, took = after.pass_at_1 - before.pass_at_1, time.monotonic() - started
     print(f"pass@1 after {args.iterations} iterations: {after.pass_at_1:.1%} ({lift:+.1%} "
