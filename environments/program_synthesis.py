@@ -165,7 +165,7 @@ class ProgramSynthesis:
 
     name = NAME
 
-    def __init__(self, eval_size: int = 200, limits: SandboxLimits | None = None) -> None:
+    def __init__(self, eval_size: int = 1000, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
         self._eval = [self._draw(random.Random(f"eval-{i}"), None) for i in range(eval_size)]
         self._eval_ids = {t.task_id for t in self._eval}

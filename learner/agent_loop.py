@@ -58,16 +58,15 @@ DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "agent" / "rl.yaml"
 class AgentLoopConfig:
     """When a new version is trained, and which trials may train it."""
 
-    min_new_rows: int = 256  # rewarded trials with signal in windows not yet trained on
+    min_new_rows: int = 384  # rewarded trials with signal in windows not yet trained on
     max_staleness: int = 2  # trials of versions further behind production weigh 0
     poll_s: float = 2.0
 
 
-# One optimizer step = 4 samples x 16 rows = 64 trials; a fixed budget per version (a pass over
+# One optimizer step = 8 samples x 16 rows = 128 trials; a fixed budget per version (a pass over
 # "all new trials" grows with every slow cycle while the rollout workers keep sampling).
-# The warm-up's engine settings (batch, clipping, streamed windows) with the RL budget and rate.
 AGENT_TRAINING = dataclasses.replace(
-    SFT_TRAINING, duration="12ba", checkpoint_interval="4ba", lr=3e-4
+    SFT_TRAINING, batch_size=8, duration="12ba", checkpoint_interval="4ba", lr=3e-4
 )
 AGENT_CANARY = CanaryConfig(
     traffic_fraction=0.25, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0
@@ -82,7 +81,7 @@ class AgentRLConfig:
     environment: str = PROGRAM_SYNTHESIS
     windows: TokenWindowConfig = field(default_factory=TokenWindowConfig)
     streams: StreamsConfig = field(
-        default_factory=lambda: StreamsConfig(replay_fraction=0.0, max_replay_windows=4)
+        default_factory=lambda: StreamsConfig(replay_fraction=0.5, max_replay_windows=4)
     )
     objective: GRPOConfig = field(default_factory=GRPOConfig)
     train: TrainerConfig = field(default_factory=lambda: AGENT_TRAINING)

@@ -81,7 +81,9 @@ class Harness:
     def learner(self, **train: object) -> AgentLearner:
         config = AgentRLConfig(
             model_name=MODEL,
-            train=dataclasses.replace(AgentRLConfig().train, duration="3ep", lr=5e-4, **train),
+            # batches of 4 samples (64 trials), as this small window was measured with
+            train=dataclasses.replace(AgentRLConfig().train, batch_size=4, duration="3ep",
+                                      lr=5e-4, **train),
             canary=CanaryConfig(traffic_fraction=0.5, min_requests=24, max_requests=48,
                                 tolerance=1.0, timeout_s=120.0),
             loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),

@@ -26,8 +26,8 @@ def main(spec: dict[str, str]) -> None:
     base = AgentRLConfig()
     config = AgentRLConfig(
         model_name=spec["model"],
-        train=dataclasses.replace(base.train, duration=spec["duration"], checkpoint_interval="1ep",
-                                  lr=3e-4),
+        train=dataclasses.replace(base.train, batch_size=4, duration=spec["duration"],
+                                  checkpoint_interval="1ep", lr=3e-4),
         eval=EvalConfig(tasks=20),
         gate=AgentGateConfig(min_lift=1.0),  # refuse: no canary needed
         loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),
