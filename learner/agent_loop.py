@@ -31,7 +31,7 @@ from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from learner.agent_eval import EvalResult, evaluate
 from learner.agent_gate import AgentGateConfig, decide
 from learner.agent_sft import SFT_TRAINING, EvalConfig
-from learner.agent_windows import TokenWindowConfig, build_agent_window
+from learner.agent_windows import AgentLakeReads, TokenWindowConfig, build_agent_window
 from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import CanaryConfig, StreamsConfig, load_config
 from learner.errors import LearnerError
@@ -131,6 +131,7 @@ class AgentLearner:
             log=log,
         )  # fmt: skip
         self._evals: dict[int, EvalResult] = {}  # production's eval, once per version
+        self._reads = AgentLakeReads(paths.lake, self.model_name, config.windows.sources)
 
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
         """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
@@ -152,7 +153,7 @@ class AgentLearner:
         while not stop.is_set():
             build_agent_window(
                 self.paths.lake, self.paths.mds_root, self.dataset,
-                model_name=self.model_name, pad_id=pad, config=c.windows,
+                model_name=self.model_name, pad_id=pad, config=c.windows, reads=self._reads,
             )  # fmt: skip
             manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset,
                                      GROUP_REWARD_FN)  # fmt: skip

@@ -178,20 +178,24 @@ def build_agent_window(
     pad_id: int,
     config: TokenWindowConfig,
     now: datetime | None = None,
+    reads: AgentLakeReads | None = None,
 ) -> WindowRecord | None:
     """Convert the Reward lake files not yet in ``dataset``'s manifest (and not held back) into
     one window of ``model_name``'s trials and served completions. Returns its record, or None
-    when nothing is ready."""
+    when nothing is ready. A caller that builds again and again (the learner's poll) passes the
+    same ``reads`` each time, so that each lake file is read once."""
     root = mds_root / dataset
     root.mkdir(parents=True, exist_ok=True)
     now_ms = int((now or datetime.now(UTC)).timestamp() * 1000)
+    if reads is None:
+        reads = AgentLakeReads(lake, model_name, config.sources)
     with dataset_lock(root):
         manifest = recover(root, dataset, GROUP_REWARD_FN)
         candidates = pending_files(lake, manifest, REWARDS_TOPIC)
         if not candidates:
             return None
-        read = [_agent_rewards(f.path, model_name, config.sources) for f in candidates]
-        tokens = _token_rows(lake, config.sources, [t for t, _ in read])
+        read = [reads.rewards(f) for f in candidates]
+        tokens = reads.tokens([t for t, _ in read])
         ready: list[LakeFile] = []
         parts: list[pa.Table] = []
         expired = skipped = 0
@@ -232,6 +236,7 @@ def build_agent_window(
         write_token_window(root / record.name, rows.arrays(), spec,
                            files={WINDOW_RECORD_NAME: record_json(record)})  # fmt: skip
         write_manifest(root, manifest.with_window(record))
+        reads.consumed(ready, parts)
         return record
 
 
@@ -250,37 +255,81 @@ def _agent_rewards(
     return table.filter(keep), table.num_rows
 
 
-def _token_rows(lake: Path, sources: Sequence[RowSource], rewards: Sequence[pa.Table]) -> pa.Table:
-    """``id`` + the token columns of every Reward in ``rewards``, looked up in each source's
-    lake topic (no lookup at all for a source none of them names, e.g. a file of the gate's)."""
-    parts = []
-    for source in sources:
-        ids = [t.filter(pc.equal(t.column("source"), source.reward_source)).column("source_id")
-               for t in rewards]  # fmt: skip
-        wanted = pa.chunked_array(ids, pa.string()).combine_chunks()
-        if len(wanted):
-            parts.append(_tokens(lake, source, wanted))
-    return pa.concat_tables(parts) if parts else _no_tokens()
+class AgentLakeReads:
+    """What one process has read of the lake for ``model_name``'s windows. A lake file is
+    immutable once visible (written under a temporary name, then renamed), so each is read once:
+    a Reward file's rows of the model until a window converts the file, a token topic's rows of
+    the model until a window consumes them. A learner polling every few seconds then reads only
+    the files that are new; re-reading every token file on each poll took seconds of CPU per poll
+    on a demo's lake, CPU the rollout workers beside it needed. Rows no Reward ever names (a
+    group the joiner expired) stay until the process ends."""
 
+    def __init__(self, lake: Path, model_name: str, sources: Sequence[RowSource]) -> None:
+        self.lake, self.model_name, self.sources = lake, model_name, tuple(sources)
+        self._rewards: dict[Path, tuple[pa.Table, int]] = {}
+        self._seen: dict[str, set[Path]] = {s.topic: set() for s in self.sources}
+        self._tokens: dict[str, pa.Table] = {s.topic: _no_tokens() for s in self.sources}
 
-def _tokens(lake: Path, source: RowSource, wanted: pa.Array) -> pa.Table:
-    """The ``source.topic`` lake rows of the ``wanted`` ids that carry tokens (the simulator's
-    statistical rollouts and privacy-mode completions have none), first copy of each id."""
-    parts = []
-    for files in scan_topic(lake, source.topic).files.values():
+    @property
+    def retained_rows(self) -> int:
+        """Token rows kept for Rewards not converted yet."""
+        return sum(t.num_rows for t in self._tokens.values())
+
+    def rewards(self, file: LakeFile) -> tuple[pa.Table, int]:
+        """The Reward file's rows of the model from ``sources``, and the rows it holds."""
+        if file.path not in self._rewards:
+            self._rewards[file.path] = _agent_rewards(file.path, self.model_name, self.sources)
+        return self._rewards[file.path]
+
+    def tokens(self, rewards: Sequence[pa.Table]) -> pa.Table:
+        """``id`` + the token columns of every Reward in ``rewards`` whose tokens are in the
+        lake (no lookup at all for a source none of them names, e.g. a file of the gate's)."""
+        parts = []
+        for source in self.sources:
+            ids = [t.filter(pc.equal(t.column("source"), source.reward_source)).column("source_id")
+                   for t in rewards]  # fmt: skip
+            wanted = pa.chunked_array(ids, pa.string()).combine_chunks()
+            if len(wanted):
+                known = self._refresh(source)
+                parts.append(known.filter(pc.is_in(known.column("id"), value_set=wanted)))
+        return pa.concat_tables(parts) if parts else _no_tokens()
+
+    def consumed(self, files: Sequence[LakeFile], rewards: Sequence[pa.Table]) -> None:
+        """Forget converted Reward files and the token rows of their Rewards."""
         for f in files:
-            part = pq.read_table(f.path, columns=[source.id_column, *_TOKEN_COLUMNS])
-            part = part.rename_columns(["id", *_TOKEN_COLUMNS])
-            tokens = pc.fill_null(pc.list_value_length(part.column("completion_token_ids")), 0)
-            keep = pc.and_(pc.is_in(part.column("id"), value_set=wanted),
-                           pc.greater(tokens, 0))  # fmt: skip
-            parts.append(part.filter(keep).cast(_no_tokens().schema))
-    if not parts:
-        return _no_tokens()
-    table = pa.concat_tables(parts)
-    _, first = np.unique(np.asarray(table.column("id").to_pylist(), dtype=object),
-                         return_index=True)  # fmt: skip
-    return table.take(pa.array(np.sort(first)))
+            self._rewards.pop(f.path, None)
+        ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
+        for topic, table in self._tokens.items():
+            self._tokens[topic] = table.filter(
+                pc.invert(pc.is_in(table.column("id"), value_set=ids.combine_chunks()))
+            )
+
+    def _refresh(self, source: RowSource) -> pa.Table:
+        """The model's token rows of ``source.topic``, after reading the files new since the
+        last call; the first copy of each id."""
+        seen, known = self._seen[source.topic], self._tokens[source.topic]
+        new = [f for files in scan_topic(self.lake, source.topic).files.values() for f in files
+               if f.path not in seen]  # fmt: skip
+        if not new:
+            return known
+        table = pa.concat_tables([_token_file(f.path, source, self.model_name) for f in new])
+        _, first = np.unique(np.asarray(table.column("id").to_pylist(), dtype=object),
+                             return_index=True)  # fmt: skip
+        table = table.take(pa.array(np.sort(first)))
+        table = table.filter(pc.invert(pc.is_in(table.column("id"), value_set=known.column("id"))))
+        self._tokens[source.topic] = pa.concat_tables([known, table])
+        seen.update(f.path for f in new)
+        return self._tokens[source.topic]
+
+
+def _token_file(path: Path, source: RowSource, model_name: str) -> pa.Table:
+    """One ``source.topic`` lake file's rows of ``model_name`` that carry tokens (the
+    simulator's statistical rollouts and privacy-mode completions have none)."""
+    part = pq.read_table(path, columns=[source.id_column, "model_name", *_TOKEN_COLUMNS])
+    tokens = pc.fill_null(pc.list_value_length(part.column("completion_token_ids")), 0)
+    keep = pc.and_(pc.equal(part.column("model_name"), model_name), pc.greater(tokens, 0))
+    part = part.filter(keep).drop_columns(["model_name"])
+    return part.rename_columns(["id", *_TOKEN_COLUMNS]).cast(_no_tokens().schema)
 
 
 def _no_tokens() -> pa.Table:

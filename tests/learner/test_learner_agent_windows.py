@@ -10,7 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learner.agent_windows import TokenWindowConfig, build_agent_window, group_number
+from learner.agent_windows import (
+    AgentLakeReads,
+    TokenWindowConfig,
+    build_agent_window,
+    group_number,
+)
 from learner.window_manifest import read_manifest
 from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
 from processors.rewards.served import (
@@ -97,6 +102,22 @@ def test_a_reward_waits_for_its_rollout_then_expires(tmp_path: Path) -> None:
     assert record is not None and (record.rows, record.expired_rows) == (2, 2)
     manifest = read_manifest(mds / "d", "d", GROUP_REWARD_FN)
     assert [w.name for w in manifest.windows] == [record.name]
+
+
+def test_a_polling_builder_reads_new_files_and_forgets_converted_rows(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    landed, late, pending = _group("g1", [1.0, 0.0]), _group("g2", [0.0, 1.0]), _group("g3", [1.0])
+    _write(lake, ROLLOUTS_TOPIC, [*landed, *pending])
+    _write(lake, REWARDS_TOPIC, _rewards(landed, late))
+    reads = AgentLakeReads(lake, "agent-lm", CONFIG.sources)
+    build = lambda now: build_agent_window(  # noqa: E731
+        lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG, now=now, reads=reads
+    )
+    assert build(T0 + timedelta(seconds=30)) is None  # held: g2's trials are not in the lake yet
+    _write(lake, ROLLOUTS_TOPIC, late, first=100)  # they land; the same reads must see them
+    record = build(T0 + timedelta(seconds=31))
+    assert record is not None and (record.rows, record.expired_rows) == (4, 0)
+    assert reads.retained_rows == 1  # g3's trial: no Reward names it yet
 
 
 def test_other_models_and_sources_are_skipped(tmp_path: Path) -> None:
