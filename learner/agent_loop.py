@@ -174,12 +174,16 @@ class AgentLearner:
         c = self.config
         oldest = production.version - c.loop.max_staleness
         rows, stale = sum(w.rows for w in new), self._stale_rows(new, oldest)
+        newest_ms = max(w.max_attributed_ms or 0 for w in new)
+        self.log(f"training on {rows:,} new trials; the newest Reward is "
+                 f"{time.time() - newest_ms / 1000:.0f}s old")  # fmt: skip
         started = time.monotonic()
         candidate, fit = self._train(new, production, oldest)
         train_s = time.monotonic() - started
         self.stats.train_rows += rows - stale
         result = self._evaluate(candidate, production.tokenizer)
         decision = decide(result, self._production_eval(production), c.gate)
+        eval_s = time.monotonic() - started - train_s
         version = self.registry.next_version(self.model_name)
         metrics = {
             **decision.metrics(),
@@ -187,18 +191,19 @@ class AgentLearner:
             "train_rows": float(rows),
             "served_rows": float(sum(w.served_rows for w in new)),
             "train_s": train_s,
+            "eval_s": eval_s,  # the candidate's, and production's when not done before
             "train_loss": fit.losses[-1] if fit.losses else float("nan"),
             "stale_rows": float(stale),
             "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
             "expired_rows": float(sum(w.expired_rows for w in new)),
-            WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
+            WINDOW_LAST_EVENT_METRIC: float(newest_ms),
         }
         self._register(version, production, candidate, new, metrics)
         self.log(
             f"v{version}: trained {fit.progress.tokens:,} tokens of {metrics['train_rows']:.0f} "
             f"trials ({metrics['served_rows']:.0f} served, {stale} stale) in {train_s:.0f}s; "
             f"eval pass@1 {result.pass_at_1:.1%} vs "
-            f"v{production.version} {decision.production_pass_at_1:.1%}"
+            f"v{production.version} {decision.production_pass_at_1:.1%} ({eval_s:.0f}s)"
         )
         return self.lifecycle.gate(version, production.version, decision.passed, decision.reason,
                                    stop)  # fmt: skip

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from flywheel.errors import WorkerDied
@@ -28,6 +28,7 @@ class WorkerSpec:
     name: str
     args: Sequence[str]
     finishes: bool = False  # may exit 0 on its own when its work is done (the learner)
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the demo's environment
 
 
 class Workers:
@@ -48,7 +49,7 @@ class Workers:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._env,
+                env={**self._env, **spec.env},
                 start_new_session=True,  # Ctrl-C reaches the demo only; it stops workers itself
             )
         if spec.finishes:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flywheel.demo.agent import agent_version_results
+from flywheel.demo.agent import agent_specs, agent_version_results, torch_threads_env
 from flywheel.demo.loop import DemoOptions, _agent_line
 from learner.loop import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import NO_WINDOW, fold_versions
@@ -55,3 +55,15 @@ def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> 
     options = DemoOptions(None, 6, 900, 200, "gate", "run", loop="both", agent_versions=4)  # type: ignore[arg-type]
     line = _agent_line(states, options)
     assert line == "agent: production v2 pass@1 19.0%, decided 3/4, last v3 GATE_FAILED"
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, "1"), (2, "1"), (6, "2"), (16, "5")])
+def test_the_agent_loops_torch_processes_share_the_cores(cpus: int, threads: str) -> None:
+    assert torch_threads_env(cpus) == {"OMP_NUM_THREADS": threads}
+
+
+def test_only_the_torch_workers_get_a_thread_share() -> None:
+    specs = {s.name: s for s in agent_specs("agent-lm", 4, "r", 8080)}
+    assert {n for n, s in specs.items() if "OMP_NUM_THREADS" in s.env} == {
+        "rollouts", "agent-serve", "agent-learner"
+    }  # fmt: skip
