@@ -7,7 +7,7 @@
       → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
         workers' tasks, decided on the online trial reward → PROMOTED or ROLLED_BACK → repeat
 
-Trials sampled by a version more than ``loop.max_staleness`` versions behind production weigh 0
+Trials sampled by a version more than ``loop.max_staleness`` promotions behind production weigh 0
 (counted). Restartable like the gate's loop: windows are converted once, a run resumes from its
 newest complete checkpoint (its save directory is named after its newest window), a version a
 crash left undecided is settled on the next start, and no window is trained by two versions.
@@ -46,7 +46,7 @@ from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from processors.rewards.rollouts import GROUP_REWARD_FN
-from schemas.enums import Channel
+from schemas.enums import Channel, ModelEventType
 from schemas.events import LakeOffsetRange, TrainingWindow
 from streams.serde import AvroCodec
 from streams.topics import REWARDS_TOPIC
@@ -59,7 +59,7 @@ class AgentLoopConfig:
     """When a new version is trained, and which trials may train it."""
 
     min_new_rows: int = 384  # rewarded trials with signal in windows not yet trained on
-    max_staleness: int = 2  # trials of versions further behind production weigh 0
+    max_staleness: int = 2  # trials of versions more promotions behind weigh 0
     poll_s: float = 2.0
 
 
@@ -102,6 +102,17 @@ class _Production:
     tokenizer: Any
 
 
+def oldest_fresh_version(promotions: Sequence[int], production: int, max_staleness: int) -> int:
+    """The oldest version whose trials still train: at most ``max_staleness`` production
+    versions behind ``production``. Staleness counts promotions (``promotions``: versions in the
+    order they were promoted), not version numbers: a refused candidate never sampled a trial,
+    and counting it would make the trials of the production it left in place stale."""
+    if production not in promotions:
+        return production - max_staleness
+    at = len(promotions) - 1 - promotions[::-1].index(production)
+    return min(promotions[max(0, at - max_staleness) : at + 1])
+
+
 class AgentLearner:
     """Trains, gates and publishes versions of the agent LM from the lake's rewarded trials."""
 
@@ -127,8 +138,8 @@ class AgentLearner:
         self.stats = LearnerStats()
         self.lifecycle = VersionLifecycle(
             self.registry, kafka_config, codec, self.model_name, reward_fn=GROUP_REWARD_FN,
-            source="ROLLOUT", canary=config.canary, stats=self.stats, rewards_topic=rewards_topic,
-            log=log,
+            source="ROLLOUT", cluster_by="group_id", canary=config.canary, stats=self.stats,
+            rewards_topic=rewards_topic, log=log,
         )  # fmt: skip
         self._evals: dict[int, EvalResult] = {}  # production's eval, once per version
         self._reads = AgentLakeReads(paths.lake, self.model_name, config.windows.sources)
@@ -172,7 +183,8 @@ class AgentLearner:
     ) -> CycleResult:
         """Train on ``new`` windows (+ replay), gate on the eval suite, publish, canary."""
         c = self.config
-        oldest = production.version - c.loop.max_staleness
+        oldest = oldest_fresh_version(self._promotions(), production.version,
+                                      c.loop.max_staleness)  # fmt: skip
         rows, stale = sum(w.rows for w in new), self._stale_rows(new, oldest)
         newest_ms = max(w.max_attributed_ms or 0 for w in new)
         self.log(f"training on {rows:,} new trials; the newest Reward is "
@@ -230,6 +242,16 @@ class AgentLearner:
             self._evals[production.version] = self._evaluate(production.model,
                                                              production.tokenizer)  # fmt: skip
         return self._evals[production.version]
+
+    def _promotions(self) -> list[int]:
+        """The model's versions in the order they were promoted to production."""
+        promoted = [
+            (e.event_time, v)
+            for v, state in self.registry.versions(self.model_name).items()
+            for e in state.events
+            if e.event_type is ModelEventType.PROMOTED
+        ]
+        return [v for _, v in sorted(promoted)]
 
     def _stale_rows(self, windows: Sequence[WindowRecord], oldest: int) -> int:
         """Rows of ``windows`` sampled by versions older than ``oldest``."""

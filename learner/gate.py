@@ -251,17 +251,18 @@ def canary_decision(
     confidence: float = DEFAULT_CONFIDENCE,
     tolerance: float = 0.0,
     max_requests: int | None = None,
-    canary_users: Sequence[str | None] | None = None,
-    production_users: Sequence[str | None] | None = None,
+    canary_clusters: Sequence[str | None] | None = None,
+    production_clusters: Sequence[str | None] | None = None,
 ) -> CanaryDecision:
     """Judge a canary from realised per-request rewards (suppressed requests count as 0).
 
     CONTINUE while either arm has fewer than ``min_requests``; ROLLBACK when the upper bound of
     canary - production is below ``-tolerance`` (significantly worse); PROMOTE when the lower
     bound is above ``-tolerance``; at ``max_requests`` canary requests the sign of the point
-    difference + tolerance decides. ``*_users`` (the user of each request) make the standard
-    errors cluster-robust: arms are split by user and one user's requests are correlated, so
-    treating them as independent would overstate the evidence. LearnerError for a confidence
+    difference + tolerance decides. ``*_clusters`` (each request's user, or each trial's task
+    group) make the standard errors cluster-robust: arms are split by user and one user's
+    requests are correlated (as are one task's trials), so treating them as independent would
+    overstate the evidence. LearnerError for a confidence
     outside [0.5, 1).
     """
     if not 0.5 <= confidence < 1.0 or min_requests < 2:
@@ -276,8 +277,8 @@ def canary_decision(
     mean_p = float(production.mean()) if n_p else 0.0
     lower, upper = -np.inf, np.inf
     if n_c >= 2 and n_p >= 2:
-        se = float(np.sqrt(_mean_variance(canary, canary_users)
-                           + _mean_variance(production, production_users)))  # fmt: skip
+        se = float(np.sqrt(_mean_variance(canary, canary_clusters)
+                           + _mean_variance(production, production_clusters)))  # fmt: skip
         z = NormalDist().inv_cdf(confidence)
         lower, upper = mean_c - mean_p - z * se, mean_c - mean_p + z * se
     verdict, why = _canary_verdict(

@@ -45,7 +45,8 @@ Baseline = Callable[[int], dict[str, float]]  # production version → user → 
 
 class VersionLifecycle:
     """The registry side of a recipe's versions of ``model_name``: its canary compares
-    ``source`` Rewards of ``reward_fn`` (SUGGESTION for the gate, ROLLOUT for the agent);
+    ``source`` Rewards of ``reward_fn`` (SUGGESTION for the gate, ROLLOUT for the agent), with
+    bounds clustered by the Reward field ``cluster_by`` (user_id, group_id);
     ``baseline`` (optional) gives per-user covariates for the CUPED adjustment."""
 
     def __init__(
@@ -57,6 +58,7 @@ class VersionLifecycle:
         *,
         reward_fn: str,
         source: str,
+        cluster_by: str,
         canary: CanaryConfig,
         stats: LearnerStats,
         baseline: Baseline | None = None,
@@ -66,6 +68,7 @@ class VersionLifecycle:
         self.registry, self.model_name = registry, model_name
         self._kafka_config, self._codec = dict(kafka_config), codec
         self.reward_fn, self.source, self.config = reward_fn, source, canary
+        self.cluster_by = cluster_by
         self.stats, self._baseline, self.log = stats, baseline, log
         self.rewards_topic = rewards_topic
 
@@ -128,15 +131,18 @@ class VersionLifecycle:
         baseline = self._baseline(production) if self._baseline is not None else {}
         monitor = CanaryMonitor(self._kafka_config, self._codec, self.model_name, self.reward_fn,
                                 version, production, source=self.source,
-                                topic=self.rewards_topic)  # fmt: skip
+                                topic=self.rewards_topic, cluster_by=self.cluster_by)  # fmt: skip
         self.registry.start_canary(self.model_name, version, c.traffic_fraction)
         self.log(f"v{version}: canary on {c.traffic_fraction:.0%} of traffic vs v{production}")
         deadline = time.monotonic() + c.timeout_s
         try:
             while True:
                 monitor.poll(1.0)
+                canary_clusters, production_clusters = monitor.clusters()
                 verdict = canary_decision(
                     *monitor.rewards(baseline),
+                    canary_clusters=canary_clusters,
+                    production_clusters=production_clusters,
                     min_requests=c.min_requests,
                     confidence=c.confidence,
                     tolerance=c.tolerance,

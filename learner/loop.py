@@ -81,8 +81,8 @@ class ContinuousLearner:
         self.stats = LearnerStats()
         self.lifecycle = VersionLifecycle(
             self.registry, kafka_config, codec, model_name, reward_fn=config.reward_fn,
-            source="SUGGESTION", canary=config.canary, stats=self.stats, baseline=self._baseline,
-            log=log,
+            source="SUGGESTION", cluster_by="user_id", canary=config.canary, stats=self.stats,
+            baseline=self._baseline, log=log,
         )  # fmt: skip
         self.dataset = model_name
         self._enrich: Enrich | None = None

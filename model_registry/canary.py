@@ -30,7 +30,9 @@ REWARDS_TOPIC = "rewards"
 
 class CanaryMonitor:
     """Collects rewards of ``canary_version`` and ``production_version`` of ``model_name``
-    (``source`` Rewards: SUGGESTION per request, ROLLOUT per agent trial)."""
+    (``source`` Rewards: SUGGESTION per request, ROLLOUT per agent trial), each with its
+    cluster: the Reward field ``cluster_by`` whose equal values are correlated evidence — the
+    user for requests (arms are split by user), the group for trials (one task's trials)."""
 
     def __init__(
         self,
@@ -43,11 +45,12 @@ class CanaryMonitor:
         *,
         topic: str = REWARDS_TOPIC,
         source: str = "SUGGESTION",
+        cluster_by: str = "user_id",
     ) -> None:
         self._codec, self._topic, self._source = codec, topic, source
-        self._model, self._fn = model_name, reward_fn
-        # version → [(user_id, reward)] per request
-        self._arms: dict[int, list[tuple[str | None, float]]] = {
+        self._model, self._fn, self._cluster_by = model_name, reward_fn, cluster_by
+        # version → [(user_id, cluster key, reward)] per request
+        self._arms: dict[int, list[tuple[str | None, str | None, float]]] = {
             canary_version: [],
             production_version: [],
         }
@@ -76,26 +79,26 @@ class CanaryMonitor:
                 and r["reward_fn"] == self._fn
                 and r["source"] == self._source
             ):
-                arm.append((r.get("user_id"), float(r["reward"])))
+                arm.append((r.get("user_id"), r.get(self._cluster_by), float(r["reward"])))
                 counted += 1
         return counted
 
-    def users(self) -> tuple[list[str | None], list[str | None]]:
-        """The user (pseudonym) of each request of the canary arm and the production arm."""
+    def clusters(self) -> tuple[list[str | None], list[str | None]]:
+        """The cluster key of each request of the canary arm and the production arm."""
         return (
-            [u for u, _ in self._arms[self.canary_version]],
-            [u for u, _ in self._arms[self.production_version]],
+            [c for _, c, _ in self._arms[self.canary_version]],
+            [c for _, c, _ in self._arms[self.production_version]],
         )
 
     def rewards(self, baseline: Mapping[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(canary rewards, production rewards), one value per request; CUPED-adjusted by the
         users' pre-canary mean rewards when ``baseline`` (user_id → mean) is given."""
         arms = [self._arms[self.canary_version], self._arms[self.production_version]]
-        ys = [np.array([r for _, r in arm], dtype=np.float64) for arm in arms]
+        ys = [np.array([r for _, _, r in arm], dtype=np.float64) for arm in arms]
         if not baseline:
             return ys[0], ys[1]
         prior = float(np.mean(list(baseline.values())))
-        xs = [np.array([baseline.get(u or "", prior) for u, _ in arm]) for arm in arms]
+        xs = [np.array([baseline.get(u or "", prior) for u, _, _ in arm]) for arm in arms]
         canary, production = cuped_adjust(list(zip(ys, xs, strict=True)))
         return canary, production
 

@@ -74,9 +74,26 @@ def test_user_clusters_widen_the_bounds_when_users_differ() -> None:
     naive = canary_decision(y_c, y_p, min_requests=100)
     clustered = canary_decision(
         y_c, y_p, min_requests=100,
-        canary_users=[f"c{i}" for i in idx_c], production_users=[f"p{i}" for i in idx_p],
+        canary_clusters=[f"c{i}" for i in idx_c],
+        production_clusters=[f"p{i}" for i in idx_p],
     )  # fmt: skip
     naive_width = naive.difference_upper - naive.difference_lower
     clustered_width = clustered.difference_upper - clustered.difference_lower
     assert clustered_width > 3 * naive_width
     assert clustered.verdict is CanaryVerdict.CONTINUE  # 10 users per arm prove nothing
+
+
+def test_one_tasks_trials_are_one_cluster() -> None:
+    """The agent's canary: 8 trials per task agree with each other, and tasks differ far more
+    than versions do; 18 hard tasks on the canary's side are not evidence of a worse model."""
+    per_task_c = np.repeat([0.0] * 16 + [0.3] * 2, 8)  # 18 tasks, mostly unsolved
+    per_task_p = np.repeat(([0.0] * 5 + [0.3] * 2) * 10, 8)[: 8 * 70]  # 70 tasks
+    groups_c = [f"c{i // 8}" for i in range(len(per_task_c))]
+    groups_p = [f"p{i // 8}" for i in range(len(per_task_p))]
+    naive = canary_decision(per_task_c, per_task_p, min_requests=96, tolerance=0.03)
+    clustered = canary_decision(
+        per_task_c, per_task_p, min_requests=96, tolerance=0.03,
+        canary_clusters=groups_c, production_clusters=groups_p,
+    )  # fmt: skip
+    assert naive.verdict is CanaryVerdict.ROLLBACK
+    assert clustered.verdict is CanaryVerdict.CONTINUE
