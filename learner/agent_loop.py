@@ -69,7 +69,7 @@ AGENT_TRAINING = dataclasses.replace(
     SFT_TRAINING, batch_size=8, duration="12ba", checkpoint_interval="4ba", lr=3e-4
 )
 AGENT_CANARY = CanaryConfig(
-    traffic_fraction=0.25, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0
+    traffic_fraction=0.5, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0
 )
 
 
@@ -141,7 +141,7 @@ class AgentLearner:
             source="ROLLOUT", cluster_by="group_id", canary=config.canary, stats=self.stats,
             rewards_topic=rewards_topic, log=log,
         )  # fmt: skip
-        self._evals: dict[int, EvalResult] = {}  # production's eval, once per version
+        self._evals: dict[int, EvalResult] = {}  # each version's eval suite result, once
         self._reads = AgentLakeReads(paths.lake, self.model_name, config.windows.sources)
 
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
@@ -203,7 +203,7 @@ class AgentLearner:
             "train_rows": float(rows),
             "served_rows": float(sum(w.served_rows for w in new)),
             "train_s": train_s,
-            "eval_s": eval_s,  # the candidate's, and production's when not done before
+            "eval_s": eval_s,  # the candidate's, and production's after a restart
             "train_loss": fit.losses[-1] if fit.losses else float("nan"),
             "stale_rows": float(stale),
             "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
@@ -211,6 +211,7 @@ class AgentLearner:
             WINDOW_LAST_EVENT_METRIC: float(newest_ms),
         }
         self._register(version, production, candidate, new, metrics)
+        self._evals[version] = result  # the same weights as production's, once it is promoted
         self.log(
             f"v{version}: trained {fit.progress.tokens:,} tokens of {metrics['train_rows']:.0f} "
             f"trials ({metrics['served_rows']:.0f} served, {stale} stale) in {train_s:.0f}s; "
