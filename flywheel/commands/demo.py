@@ -129,11 +129,11 @@ def agent_table(results: RunResults) -> Table:
 )
 @click.option(
     "--agent-versions",
-    default=4,
+    default=10,
     show_default=True,
     type=click.IntRange(2),
     help="Stop the agent loop once this many agent versions are decided (the warm-up's v1 "
-    "included).",
+    "included; a version takes about a minute on 2 cores, so the time budget usually ends it).",
 )
 def demo(
     config_path: Path,

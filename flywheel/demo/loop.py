@@ -78,7 +78,7 @@ class DemoOptions:
     learner_config: Path | None = None  # `flywheel learn --config`; None: the default recipe
     loop: str = "tab"  # tab, agent or both
     agent_model: str = "agent-lm"
-    agent_versions: int = 4  # agent versions decided (the warm-up's v1 included)
+    agent_versions: int = 10  # agent versions decided (the warm-up's v1 included)
 
     @property
     def tab(self) -> bool:
