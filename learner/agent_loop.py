@@ -246,13 +246,8 @@ class AgentLearner:
 
     def _promotions(self) -> list[int]:
         """The model's versions in the order they were promoted to production."""
-        promoted = [
-            (e.event_time, v)
-            for v, state in self.registry.versions(self.model_name).items()
-            for e in state.events
-            if e.event_type is ModelEventType.PROMOTED
-        ]
-        return [v for _, v in sorted(promoted)]
+        return [e.version for e in self.registry.history(self.model_name)
+                if e.event_type is ModelEventType.PROMOTED]  # fmt: skip
 
     def _stale_rows(self, windows: Sequence[WindowRecord], oldest: int) -> int:
         """Rows of ``windows`` sampled by versions older than ``oldest``."""

@@ -299,10 +299,9 @@ class AgentLakeReads:
         for f in files:
             self._rewards.pop(f.path, None)
         ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
+        done = ids.combine_chunks()
         for topic, table in self._tokens.items():
-            self._tokens[topic] = table.filter(
-                pc.invert(pc.is_in(table.column("id"), value_set=ids.combine_chunks()))
-            )
+            self._tokens[topic] = table.filter(pc.invert(pc.is_in(table.column("id"), done)))
 
     def _refresh(self, source: RowSource) -> pa.Table:
         """The model's token rows of ``source.topic``, after reading the files new since the

@@ -262,8 +262,7 @@ def canary_decision(
     difference + tolerance decides. ``*_clusters`` (each request's user, or each trial's task
     group) make the standard errors cluster-robust: arms are split by user and one user's
     requests are correlated (as are one task's trials), so treating them as independent would
-    overstate the evidence. LearnerError for a confidence
-    outside [0.5, 1).
+    overstate the evidence. LearnerError for a confidence outside [0.5, 1).
     """
     if not 0.5 <= confidence < 1.0 or min_requests < 2:
         raise LearnerError(
