@@ -11,7 +11,7 @@ import torch
 
 from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, CorpusConfig, EvalConfig, run_sft
 from learner.errors import LearnerError
-from learner.lm_objective import CausalLMTask
+from learner.lm_objective import CausalLMTask, attention_mask, next_token_logprobs
 from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.trainer import TrainerConfig
 from policies.agent_lm import AgentModelConfig, load_checkpoint
@@ -50,6 +50,31 @@ def test_the_lm_loss_counts_target_tokens_only() -> None:
     total, count = CausalLMTask().loss(Uniform(), batch)
     assert int(count) == 3
     assert float(total.detach()) == pytest.approx(3 * np.log(10))
+
+
+def test_rows_run_in_length_buckets_score_as_one_padded_pass() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2,
+                                         intermediate_size=48))  # fmt: skip
+    lengths = torch.tensor([0, 1, 12, 5, 9, 3, 12])  # a padding row and a one-token row too
+    ids = torch.randint(1, 40, (7, 12)) * attention_mask(lengths, 12)
+    temperature = torch.tensor([1.0, 1.0, 0.4, 1.0, 0.7, 1.0, 1.0])
+    scored = attention_mask(lengths - 1, 11).bool()  # positions that predict a real token
+
+    def scores_and_grads(buckets: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logprobs = next_token_logprobs(model, ids, lengths, temperature, buckets=buckets)
+        logprobs[scored].sum().backward()
+        return logprobs.detach(), [p.grad.clone() for p in model.parameters()]
+
+    whole, whole_grads = scores_and_grads(1)
+    bucketed, bucket_grads = scores_and_grads(3)
+    assert torch.allclose(bucketed[scored], whole[scored], atol=1e-5)
+    for a, b in zip(bucket_grads, whole_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_every_agent_config_file_loads() -> None:
