@@ -149,6 +149,9 @@ class AgentLearner:
 
         def next_version() -> CycleResult | None:
             production = self._production()
+            # Production's eval (once per version) runs while the trials gather, not after
+            # training, where it would add to the first version's data -> live time.
+            self._production_eval(production)
             new = self._wait_for_windows(production, stop)
             return self.cycle(new, production, stop) if new else None
 
@@ -203,7 +206,7 @@ class AgentLearner:
             "train_rows": float(rows),
             "served_rows": float(sum(w.served_rows for w in new)),
             "train_s": train_s,
-            "eval_s": eval_s,  # the candidate's, and production's after a restart
+            "eval_s": eval_s,  # the candidate's (production's ran before the window)
             "train_loss": fit.losses[-1] if fit.losses else float("nan"),
             "stale_rows": float(stale),
             "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
