@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import score_all
 from learner.agent_eval import GREEDY_BATCH, evaluate
+from learner.agent_rl import sample_scored
 from policies.agent_lm import load_checkpoint
-from policies.agent_sampling import SamplingParams, sample
+from policies.agent_sampling import SamplingParams
 
 KS = (1, 2, 4, 8, 16)
 
@@ -53,9 +53,7 @@ def main() -> None:
     step = max(1, GREEDY_BATCH // n)
     for start in range(0, len(tasks), step):
         chunk = tasks[start : start + step]
-        groups = sample(model, tokenizer, [env.reset(t) for t in chunk], n, params)
-        trials = [(env, t, c.text) for t, g in zip(chunk, groups, strict=True) for c in g]
-        scores = score_all(trials)
+        _, scores = sample_scored(model, tokenizer, env, chunk, n, params)
         correct += [sum(s.passed for s in scores[i * n : (i + 1) * n]) for i in range(len(chunk))]
     hits, depth = np.asarray(correct), np.asarray([t.difficulty for t in tasks])
     for d in [*np.unique(depth), None]:

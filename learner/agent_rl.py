@@ -13,10 +13,29 @@ from typing import Any
 
 import numpy as np
 
-from environments.base import Environment, Task, score_all
+from environments.base import Environment, Score, Task, score_all
 from learner.agent_windows import AgentRows, agent_rows
-from policies.agent_sampling import SamplingParams, sample
+from policies.agent_sampling import Completion, SamplingParams, sample
 from processors.rewards.rollouts import normalised_advantages
+
+
+def sample_scored(
+    model: Any,
+    tokenizer: Any,
+    environment: Environment,
+    tasks: Sequence[Task],
+    group_size: int,
+    sampling: SamplingParams,
+    *,
+    seed: int | None = None,
+) -> tuple[list[list[Completion]], list[Score]]:
+    """``group_size`` completions of each task (one batched generate) and their sandbox scores,
+    task by task in order."""
+    groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
+                    sampling, seed=seed)  # fmt: skip
+    trials = [(environment, task, c.text) for task, group in zip(tasks, groups, strict=True)
+              for c in group]  # fmt: skip
+    return groups, score_all(trials)
 
 
 def collect_trials(
@@ -33,11 +52,9 @@ def collect_trials(
 ) -> AgentRows:
     """``group_size`` trials of each task, scored in the sandbox, as training rows (version
     ``version``, one group per task)."""
-    groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
-                    sampling, seed=seed)  # fmt: skip
-    trials = [(environment, task, c.text) for task, group in zip(tasks, groups, strict=True)
-              for c in group]  # fmt: skip
-    rewards = np.asarray([s.reward for s in score_all(trials)], dtype=np.float32)
+    groups, scores = sample_scored(model, tokenizer, environment, tasks, group_size, sampling,
+                                   seed=seed)  # fmt: skip
+    rewards = np.asarray([s.reward for s in scores], dtype=np.float32)
     advantages = np.concatenate([
         normalised_advantages(rewards[i * group_size : (i + 1) * group_size].tolist())
         for i in range(len(tasks))
