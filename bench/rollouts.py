@@ -9,9 +9,13 @@ against a bare `subprocess.run` of the same programs, each pair measured in the 
   ``model.generate`` with the same prompts, batch, sampling and budget; tokens counted are the
   generated positions of the batch (the same on both sides: ``min_new_tokens`` pins the length).
   The two alternate for ``--rounds`` rounds after a warm-up; medians are compared.
-* scoring: the environment's sandboxed ``score`` (fresh isolated interpreter, limits, audit
-  hook, network namespace where allowed) vs ``subprocess.run([python, -c, program])`` of the
-  same completions, both with as many threads as CPUs.
+* scoring: the environment's sandboxed ``score`` (a fresh interpreter inside bubblewrap's
+  namespaces, limits, the process filter, the audit hook) vs ``subprocess.run([python, -c,
+  program])`` of the same programs, both with as many threads as CPUs. The programs are the
+  reference solutions written as two statements (``y = …; return y``), so that every one runs
+  in the sandbox: the environment evaluates a bare composition of its own operations itself,
+  without starting anything, which measured no sandbox at all.
+* start cost: one trivial program at a time, sandboxed vs bare, median milliseconds a run.
 
 Prints tokens/s and programs/s of each side and the ratios (targets: generation >= 0.8x,
 scoring >= 0.5x).
@@ -33,7 +37,9 @@ import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import score_all
-from environments.program_synthesis import HEADER, PRELUDE, ProgramSynthesis, Spec
+from environments.isolation import require_isolation
+from environments.program_synthesis import HEADER, PRELUDE, ProgramSynthesis, Spec, composition
+from environments.sandbox import OK, run_program
 from policies.agent_lm import AgentModelConfig, build_model, load_checkpoint, train_tokenizer
 from policies.agent_sampling import SamplingParams, sample
 
@@ -89,9 +95,19 @@ def generation(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, 
     return statistics.median(base), statistics.median(ours)
 
 
+def _sandboxed_solution(solution: str) -> str:
+    """``    return e`` as ``    y = e`` + ``    return y``: the same program, not a bare
+    composition, so the environment runs it in the sandbox."""
+    expression = solution.strip().removeprefix("return ")
+    return f"    y = {expression}\n    return y\n"
+
+
 def scoring(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, float]:
     tasks = env.tasks("train", args.programs, seed=2)
-    completions = [env.solution(t) for t in tasks]
+    completions = [_sandboxed_solution(env.solution(t)) for t in tasks]
+    if any(composition(c, Spec.from_json(t.spec).kind) is not None
+           for t, c in zip(tasks, completions, strict=True)):  # fmt: skip
+        raise RuntimeError("a program would skip the sandbox: the benchmark would measure none")
     workers = os.cpu_count() or 1
 
     def bare() -> int:
@@ -117,6 +133,20 @@ def scoring(args: argparse.Namespace, env: ProgramSynthesis) -> tuple[float, flo
     return statistics.median(base), statistics.median(ours)
 
 
+def start_cost(runs: int = 30) -> tuple[float, float]:
+    """Median milliseconds of one trivial program: bare ``python -c`` and sandboxed."""
+    bare, ours = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "def f(x):\n    return x\nf(1)"], check=True)
+        bare.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        if run_program("def f(x):\n    return x\n", "f", [1]).status != OK:
+            raise RuntimeError("a trivial program failed in the sandbox")
+        ours.append((time.perf_counter() - started) * 1000)
+    return statistics.median(bare), statistics.median(ours)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=4)
@@ -128,22 +158,28 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="with --checkpoint: bfloat16 on a GPU")
     parser.add_argument("--skip-scoring", action="store_true")
+    parser.add_argument("--skip-generation", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
     assert isinstance(env, ProgramSynthesis)
-    base, ours = generation(args, env)
-    print(f"generation, {args.tasks} tasks x {args.group} trials x {args.max_new_tokens} tokens "
-          f"on {args.device}:")  # fmt: skip
-    print(f"  plain model.generate : {base:10,.0f} tokens/s")
-    print(f"  rollout worker       : {ours:10,.0f} tokens/s  ratio {ours / base:.2f} (>= 0.8)")
+    if not args.skip_generation:
+        base, ours = generation(args, env)
+        print(f"generation, {args.tasks} tasks x {args.group} trials x {args.max_new_tokens} "
+              f"tokens on {args.device}:")  # fmt: skip
+        print(f"  plain model.generate : {base:10,.0f} tokens/s")
+        print(f"  rollout worker       : {ours:10,.0f} tokens/s  ratio {ours / base:.2f} (>= 0.8)")
     if not args.skip_scoring:
+        print(f"sandbox: {require_isolation().detail}")
         base, ours = scoring(args, env)
         print(f"scoring, {args.programs} programs, {os.cpu_count()} threads:")
         print(f"  bare subprocess.run  : {base:10,.1f} programs/s")
         print(
             f"  sandboxed score      : {ours:10,.1f} programs/s  ratio {ours / base:.2f} (>= 0.5)"
         )
+        base, ours = start_cost()
+        print(f"start cost, one trivial program at a time: bare {base:.1f} ms, sandboxed "
+              f"{ours:.1f} ms (+{ours - base:.1f} ms a run)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,3 +7,8 @@ from ground.errors import FlywheelError
 
 class TaskEnvironmentError(FlywheelError):
     """An unknown environment, or a task whose spec the environment cannot read."""
+
+
+class SandboxUnavailableError(FlywheelError):
+    """This machine cannot isolate model-written code, and the operator did not say it is
+    trusted: nothing that runs such code starts (the message names what is missing)."""

@@ -1,42 +1,52 @@
-"""Running untrusted completions: one subprocess per program, limited, isolated, always scored.
+"""Running model-written programs: one isolated process per program, limited, always scored.
 
-Each program runs in a fresh interpreter (``python -I -S``: no user site, no environment) inside
-an empty temporary work directory, with resource limits set before any of its code runs:
+Each program runs in a fresh interpreter (``python -I -S -B``: no site, no environment) inside
+the operating system's boundary (environments/isolation.py: bubblewrap namespaces, a read-only
+root, a private work dir, no network, nothing of the host visible), with resource limits set
+before any of its code runs:
 
-* CPU time (``RLIMIT_CPU``) and wall time (the parent kills the process group at the deadline);
+* CPU time (``RLIMIT_CPU``) and wall time (the parent kills the run at the deadline);
 * address space (``RLIMIT_AS``), the size of any file it writes (``RLIMIT_FSIZE``, which also
-  bounds its output: stdout and stderr go to files in the work dir), open files;
-* processes: as root the child drops to ``nobody`` first, so ``RLIMIT_NPROC`` holds (where
-  ``nobody`` can read the interpreter's standard library: :func:`unprivileged_user`);
-* no network: the child starts in a new network namespace (``unshare --net``) when the machine
-  allows it (:func:`network_isolation` says whether it does), and an audit hook refuses sockets;
-* an audit hook, installed before the program is compiled, refuses new processes (``os.system``,
-  ``subprocess``, ``fork``, ``exec``), signals to other processes, ``ctypes``, sockets, and
-  writes, renames and deletions outside the work dir (it cannot be removed once installed).
+  bounds its output: stdout and stderr go to files in the work dir), processes, open files.
 
-The child never sees expected outputs: it returns what the program computed for each input
-(``repr`` strings), and the caller compares. A program cannot fake its own score without solving
-the task. Every way a program can fail — syntax error, exception, timeout, memory, huge output,
-forbidden operation, a crash of the interpreter — ends as a :class:`RunResult` with a status and
-a reason; nothing raises into the caller and no process outlives its run.
+**Verdicts the program cannot forge.** The program shares its interpreter with the runner, so
+whatever the runner reports, the program could have written. The parent therefore takes the
+runner's report as *claims*: per input the ``repr`` of what the function returned, or the name
+of what it raised. It checks their shape (anything malformed is a crash), decides the status
+itself (a syntax check in the parent before anything runs, the exit signal, which inputs have an
+output), and the caller compares the outputs with expectations the program never sees: a claim
+is worth exactly what returning that value would be. Reasons are built here from a fixed
+vocabulary, exception class names and limits: never a message, a path or anything of the host.
+
+Every way a program can fail — syntax error, exception, timeout, memory, huge output, a refused
+operation, a crash of the interpreter — ends as a :class:`RunResult` with a status and a reason;
+nothing raises into the caller (but :class:`SandboxUnavailableError` where this machine cannot
+isolate and the operator did not trust the code) and no process outlives its run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import cast
+
+from environments.isolation import (
+    RUNNER_PATH,
+    Isolation,
+    bwrap_argv,
+    process_filter_fd,
+    python_executable,
+    require_isolation,
+)
 
 # Statuses of a run (RolloutResult.sandbox_status); "ok" means the program ran every input.
 OK = "ok"
@@ -49,11 +59,19 @@ FORBIDDEN = "forbidden"
 CRASHED = "crashed"
 STATUSES = (OK, SYNTAX_ERROR, RUNTIME_ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, FORBIDDEN, CRASHED)
 
-_MARKER = "\x00flywheel-sandbox-result\x00"
-_NOBODY = 65534
 _RUNNER = Path(__file__).with_name("sandbox_runner.py")
-_VERDICT = ".verdict"  # the runner's verdict, a file of its own: a program that fills stdout
-# to the size limit cannot crowd it out
+_VERDICT = ".verdict"  # the runner's claims, a file of its own: a program that fills stdout
+# to the size limit cannot crowd them out
+_MAX_REPR = 4096  # the runner cuts each output there; a longer claim is malformed
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # an exception class name, nothing else
+# The audit hook's refused events, as the runner names them (the reason's vocabulary).
+_REFUSED = re.compile(
+    r"open|os\.(system|exec\w*|posix_spawn\w*|spawn\w*|fork|forkpty|kill|killpg|remove|rmdir|"
+    r"rename|mkdir|chmod|chown|symlink|link|truncate|utime)|subprocess\.Popen|"
+    r"signal\.pthread_kill|socket\.\w+|ctypes\.\w+|shutil\.\w+"
+)
+_OUTSIDE = re.compile(r"open|os\.(remove|rmdir|rename|mkdir|chmod|chown|symlink|link|truncate|"
+                      r"utime)|shutil\.\w+")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,7 @@ class SandboxLimits:
     wall_s: float = 5.0
     memory_bytes: int = 512 << 20
     file_bytes: int = 1 << 20  # any file the program writes, stdout and stderr included
-    processes: int = 64  # nobody's processes; the audit hook refuses new ones anyway
+    processes: int = 64  # in the run's own user and PID namespaces
     open_files: int = 64
 
 
@@ -78,42 +96,6 @@ class RunResult:
     duration_ms: int
 
 
-@functools.cache
-def network_isolation() -> bool:
-    """True when ``unshare --net`` works here (a new, empty network namespace per run). Checked
-    once per process; where it does not (no privileges), the audit hook alone refuses sockets."""
-    if shutil.which("unshare") is None:
-        return False
-    try:
-        done = subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-@functools.cache
-def unprivileged_user() -> bool:
-    """True when runs can drop to ``nobody`` (we are root, and ``nobody`` can read this Python's
-    standard library: a Python installed under /root cannot). Otherwise a run keeps this user,
-    and the audit hook alone refuses new processes and writes outside the work dir."""
-    if os.geteuid() != 0:
-        return False
-    probe = f"import os; os.setgid({_NOBODY}); os.setuid({_NOBODY}); import socket, decimal"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", "-S", "-B", "-c", probe], capture_output=True, timeout=30
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-def isolation_report() -> dict[str, bool]:
-    """What this machine allows, for start-up logs: a network namespace per run, and running
-    programs as ``nobody``."""
-    return {"network_namespace": network_isolation(), "unprivileged_user": unprivileged_user()}
-
-
 def run_program(
     code: str,
     function: str,
@@ -122,47 +104,68 @@ def run_program(
     prelude: str = "",
     limits: SandboxLimits | None = None,
 ) -> RunResult:
-    """Define ``function`` by running ``prelude`` then ``code`` in a sandbox and call it on each
-    of ``inputs`` (JSON values). Never raises for anything the program does."""
+    """Define ``function`` by running ``prelude`` then ``code`` in the sandbox and call it on each
+    of ``inputs`` (JSON values). Never raises for anything the program does; raises
+    SandboxUnavailableError where this machine cannot isolate it (environments/isolation.py)."""
+    isolation = require_isolation()
     limits = limits or SandboxLimits()
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="flywheel-sandbox-"))
+    failed: tuple[str | None, ...] = (None,) * len(inputs)
+    source = prelude + "\n" + code
+    syntax = _syntax_error(source)
+    if syntax is not None:  # nothing of the program runs
+        return RunResult(SYNTAX_ERROR, syntax, failed, _ms(started))
+    work = Path(tempfile.mkdtemp(prefix="flywheel-sandbox-"))  # 0700: this run's alone
+    request = {"source": source, "function": function, "inputs": list(inputs),
+               "limits": asdict(limits)}  # fmt: skip
     try:
-        os.chmod(work, 0o777)  # noqa: S103  # the child runs as nobody, in this dir alone
-        request = {
-            "code": code,
-            "prelude": prelude,
-            "function": function,
-            "inputs": list(inputs),
-            "marker": _MARKER,
-            "limits": limits.__dict__,
-            "uid": _NOBODY if unprivileged_user() else None,
-        }
-        status, reason, outputs = _run_child(work, json.dumps(request), limits, len(inputs))
+        status, reason, outputs = _run_child(isolation, work, json.dumps(request), limits,
+                                             len(inputs))  # fmt: skip
     except OSError as exc:  # the sandbox itself could not start: still a scored failure
-        status, reason, outputs = CRASHED, f"sandbox failed to start: {exc}", (None,) * len(inputs)
+        status, reason, outputs = CRASHED, f"sandbox failed to start ({exc.strerror})", failed
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return RunResult(status, reason, outputs, round((time.monotonic() - started) * 1000))
+    return RunResult(status, reason, outputs, _ms(started))
 
 
-def _command() -> list[str]:
-    python = [sys.executable, "-I", "-S", "-B", str(_RUNNER)]
-    return ["unshare", "--net", "--", *python] if network_isolation() else python
+def _ms(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)
+
+
+def _syntax_error(source: str) -> str | None:
+    """The parser's complaint about ``source`` (run here, before anything runs), or None. The
+    parser only reads the text; its message names the line, never anything of the host."""
+    try:
+        compile(source, "<completion>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+def _command(isolation: Isolation, work: Path, filter_fd: int | None) -> list[str]:
+    python = [python_executable(), "-I", "-S", "-B"]
+    if isolation.available and isolation.bwrap is not None:
+        return [*bwrap_argv(isolation.bwrap, work, _RUNNER, filter_fd), *python, RUNNER_PATH]
+    return [*python, str(_RUNNER)]  # the operator trusts the code: no boundary
 
 
 def _run_child(
-    work: Path, request: str, limits: SandboxLimits, n: int
+    isolation: Isolation, work: Path, request: str, limits: SandboxLimits, n: int
 ) -> tuple[str, str, tuple[str | None, ...]]:
-    stdout, stderr = work / ".stdout", work / ".stderr"
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+    failed = (None,) * n
+    with (
+        open(work / ".stdout", "wb") as out,
+        open(work / ".stderr", "wb") as err,
+        process_filter_fd() as filter_fd,
+    ):
         child = subprocess.Popen(
-            _command(),
+            _command(isolation, work, filter_fd),
+            pass_fds=() if filter_fd is None else (filter_fd,),
             cwd=work,
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=err,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},  # bwrap's own: visible inside
             start_new_session=True,  # its own process group: killed whole at the end
             close_fds=True,
         )
@@ -173,54 +176,90 @@ def _run_child(
             timed_out = True
         finally:
             _kill_group(child)
-    failed = (None,) * n
     if timed_out:
         return TIMEOUT, f"wall time over {limits.wall_s:g}s", failed
     code = child.returncode
-    if code == -signal.SIGXCPU or code == -signal.SIGKILL:
+    # bwrap reports its command's death by a signal as exit status 128 + signal
+    killed = -code if code < 0 else code - 128 if code > 128 else 0
+    if killed in (signal.SIGXCPU, signal.SIGKILL):
         return TIMEOUT, f"CPU time over {limits.cpu_s}s", failed
-    if code == -signal.SIGXFSZ:
+    if killed == signal.SIGXFSZ:
         return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes", failed
-    result = _result(work / _VERDICT)
-    if result is None:
-        tail = _tail(stderr)
-        if "MemoryError" in tail:
-            return MEMORY, f"address space over {limits.memory_bytes >> 20} MiB", failed
-        return CRASHED, f"exit status {code}: {tail or 'no output'}", failed
-    raw = cast(list[str | None], result["outputs"])
-    outputs = tuple(raw) if len(raw) == n else failed
-    return str(result["status"]), str(result["reason"]), outputs
+    claims = _claims(work / _VERDICT, n)
+    if claims is None:
+        return CRASHED, f"exit status {code}, no verdict", failed
+    return _verdict(claims, limits, n)
+
+
+@dataclass(frozen=True)
+class _Claims:
+    """What the runner (or the program, which shares its interpreter) says happened."""
+
+    outputs: tuple[str | None, ...]
+    errors: tuple[str | None, ...]
+    define_error: str | None
+    refused: str | None
+    limit: str | None
+
+
+def _verdict(
+    claims: _Claims, limits: SandboxLimits, n: int
+) -> tuple[str, str, tuple[str | None, ...]]:
+    """The run's status and reason, decided here from validated claims."""
+    failed: tuple[str | None, ...] = (None,) * n
+    if claims.limit == "memory":
+        return MEMORY, f"memory (address space) over {limits.memory_bytes >> 20} MiB", failed
+    if claims.limit == "output":
+        return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes", failed
+    if claims.refused is not None:
+        where = " outside the work dir" if _OUTSIDE.fullmatch(claims.refused) else " not allowed"
+        return FORBIDDEN, f"{claims.refused}{where}", failed
+    if claims.define_error == "undefined":
+        return RUNTIME_ERROR, "the code does not define the function", failed
+    if claims.define_error is not None:
+        return RUNTIME_ERROR, f"{claims.define_error} while defining the function", failed
+    errors = [e for e in claims.errors if e is not None]
+    missing = sum(o is None for o in claims.outputs)
+    if not errors and not missing:
+        return OK, "", claims.outputs
+    first = errors[0] if errors else "no output"
+    return RUNTIME_ERROR, f"{first} on {missing} of {n} inputs", claims.outputs
+
+
+def _claims(verdict: Path, n: int) -> _Claims | None:
+    """The last line of the verdict file, if it is a well-formed set of claims for ``n``
+    inputs; None otherwise (a crash: the runner never got that far, or something else wrote)."""
+    try:
+        lines = verdict.read_bytes().decode("utf-8", errors="replace").splitlines()
+        raw = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict) or set(raw) != {f.name for f in fields(_Claims)}:
+        return None
+    outputs, errors = raw["outputs"], raw["errors"]
+    shaped = (
+        isinstance(outputs, list) and len(outputs) == n
+        and all(o is None or (isinstance(o, str) and len(o) <= _MAX_REPR) for o in outputs)
+        and isinstance(errors, list) and len(errors) == n
+        and all(_matches(_NAME, e) for e in errors)
+        and raw["limit"] in (None, "memory", "output")
+        and _matches(_REFUSED, raw["refused"])
+        and _matches(_NAME, raw["define_error"])
+    )  # fmt: skip
+    if not shaped:
+        return None
+    return _Claims(tuple(outputs), tuple(errors), raw["define_error"], raw["refused"], raw["limit"])
+
+
+def _matches(pattern: re.Pattern[str], value: object) -> bool:
+    """None, or a string the whole of which ``pattern`` matches."""
+    return value is None or (isinstance(value, str) and pattern.fullmatch(value) is not None)
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's whole process group (anything it started dies with it) and reap."""
+    """SIGKILL the child's whole process group and reap it. bwrap's PID namespace takes
+    everything the program started with it, whatever group or session it moved to."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         child.wait(timeout=5)
-
-
-def _result(verdict: Path) -> dict[str, object] | None:
-    """The runner's verdict: the JSON after the last marker in its verdict file (the program may
-    have written there too), or None when the runner never got that far."""
-    try:
-        text = verdict.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    _, sep, payload = text.rpartition(_MARKER)
-    if not sep:
-        return None
-    try:
-        result = json.loads(payload)
-    except ValueError:
-        return None
-    ok = isinstance(result, dict) and isinstance(result.get("outputs"), list)
-    return result if ok and result.get("status") in STATUSES else None
-
-
-def _tail(path: Path, size: int = 400) -> str:
-    try:
-        data = path.read_bytes()[-size:]
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace").strip().splitlines()[-1:][0] if data else ""

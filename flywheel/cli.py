@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, cast
 
 import click
 
+from environments.isolation import TRUST_ENV
 from flywheel import logs
 from ground.errors import FlywheelError
 
@@ -59,14 +61,24 @@ class _FlywheelGroup(click.Group):
     show_default=True,
     help=f"Lowest level logged (env {logs.LEVEL_ENV}).",
 )
+@click.option(
+    "--trust-model-code",
+    is_flag=True,
+    envvar=TRUST_ENV,
+    help=f"Run model-written code WITHOUT the operating-system sandbox (env {TRUST_ENV}=1). "
+    "Only for a host that is itself a boundary (a gVisor or Firecracker VM): without it, "
+    "commands that run such code refuse to start where bubblewrap cannot isolate it.",
+)
 @click.pass_context
-def cli(ctx: click.Context, log_format: str, log_level: str) -> None:
+def cli(ctx: click.Context, log_format: str, log_level: str, trust_model_code: bool) -> None:
     """Flywheel: online RL from IDE telemetry on Kafka, Parquet, DuckDB and PyTorch.
 
     Configuration comes from FLYWHEEL_* environment variables (see `docs/configuration.md`).
     With FLYWHEEL_BOOTSTRAP_SERVERS and FLYWHEEL_SCHEMA_REGISTRY_URL unset, commands use the
     embedded local stack under FLYWHEEL_HOME (default .flywheel/).
     """
+    if trust_model_code:  # for this process and every worker it starts (the demo's)
+        os.environ[TRUST_ENV] = "1"
     service = ctx.invoked_subcommand or "flywheel"
     logs.configure_logging(log_format, log_level, service=service, secrets=logs.env_secret_values())
 

@@ -17,6 +17,7 @@ import httpx
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from environments.isolation import TRUST_ENV, probe, trusted
 from flywheel.errors import DoctorError, SettingsError
 from flywheel.logs import SecretMask, secret_values
 from flywheel.settings import Settings, public_url
@@ -28,7 +29,7 @@ from streams.errors import TopicError
 from streams.serde import COMPATIBILITY
 from streams.topics import ALL_TOPICS, TopicSpec
 
-CHECKS = ("config", "kafka", "registry", "topics", "schemas")
+CHECKS = ("config", "kafka", "registry", "topics", "schemas", "sandbox")
 _NEEDS = {"topics": "kafka", "schemas": "registry"}  # a check runs after its server's
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -214,6 +215,17 @@ def _ms(seconds: float) -> str:
     return str(max(10, int(seconds * 1000)))
 
 
+def check_sandbox() -> CheckResult:
+    """Whether model-written code can be isolated here (bubblewrap namespaces), or runs
+    unisolated because the operator trusts it: what rollout workers will do on this host."""
+    isolation = probe()
+    if isolation.available:
+        return CheckResult("sandbox", True, isolation.detail)
+    if trusted():
+        return CheckResult("sandbox", True, f"NOT ISOLATED ({TRUST_ENV}=1): {isolation.detail}")
+    return CheckResult("sandbox", False, isolation.detail, isolation.fix)
+
+
 def run_checks(
     env: Mapping[str, str] | None = None,
     only: Iterable[str] = CHECKS,
@@ -239,6 +251,7 @@ def run_checks(
         "registry": lambda: [check_registry(settings.registry_url, timeout_s)],
         "topics": lambda: check_topics(client),
         "schemas": lambda: check_schemas(settings.registry_url, timeout_s),
+        "sandbox": lambda: [check_sandbox()],
     }
     needed = wanted | {_NEEDS[name] for name in wanted if name in _NEEDS}
     passed: dict[str, bool] = {}

@@ -8,6 +8,7 @@ import click
 
 from flywheel.clients import telemetry_client
 from flywheel.console import err, out
+from flywheel.isolation import require_model_code_isolation
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -63,6 +64,7 @@ def agent_users(
     from simulator.agent_users import AgentUsers, AgentUsersConfig
 
     settings = Settings.from_env()
+    require_model_code_isolation("agent-users")  # the hidden tests run what the model wrote
     config = AgentUsersConfig(
         model=model, users=users, rate_per_s=rate, concurrency=concurrency,
         temperature=temperature, max_tokens=max_tokens, seed=seed,

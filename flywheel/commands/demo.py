@@ -14,6 +14,7 @@ from rich.table import Table
 from flywheel.console import err, out
 from flywheel.demo.loop import Demo, DemoOptions, DemoStatus
 from flywheel.demo.results import RunResults
+from flywheel.isolation import require_model_code_isolation
 from flywheel.platform import ensure_infrastructure
 from flywheel.report import write_report
 from flywheel.report.html import (
@@ -174,6 +175,8 @@ def demo(
         agent_model=f"agent-{run_id}",
         agent_versions=agent_versions,
     )
+    if options.agent:  # its workers run model-written code: fail closed before anything starts
+        require_model_code_isolation("demo")
     with err.status("starting the platform") as status:
         ensure_infrastructure(settings, lambda msg: status.update(msg))
     stop = stop_on_signals()

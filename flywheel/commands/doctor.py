@@ -22,8 +22,9 @@ from flywheel.doctor import CHECKS, DEFAULT_TIMEOUT_S, run_checks
     help="How long to wait for the broker and the registry.",
 )  # fmt: skip
 def doctor(only: tuple[str, ...], timeout_s: float) -> None:
-    """Check configuration, Kafka and registry connectivity, topic drift and schema
-    compatibility; print each failure with its fix and exit 1 if any check failed.
+    """Check configuration, Kafka and registry connectivity, topic drift, schema compatibility
+    and the sandbox for model-written code; print each failure with its fix and exit 1 if any
+    check failed.
 
     Secrets are never printed. Also the healthcheck of the compose services
     (`flywheel doctor --check config --check kafka`).

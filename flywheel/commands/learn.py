@@ -12,6 +12,7 @@ import click
 
 from flywheel.clients import codec
 from flywheel.console import err
+from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import LearnerCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
@@ -102,6 +103,8 @@ def learn(
     passing version on a share of the rollout workers' tasks before promoting or rolling back.
     """
     settings = Settings.from_env()
+    if recipe != "gate":  # the eval suite runs model-written code: fail closed first
+        require_model_code_isolation(f"learn --recipe {recipe}")
     if recipe == "agent-sft":
         _agent_sft(settings, model_name, config_path, duration)
         return

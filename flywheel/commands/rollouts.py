@@ -8,6 +8,7 @@ import time
 import click
 
 from flywheel.console import err, out
+from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
@@ -86,9 +87,11 @@ def rollouts(
     completions of each in one batched generate call, scores them in the sandbox in parallel
     and writes one RolloutResult per trial to rollouts.results. Waits while no version is in
     production (train one with `flywheel learn --recipe agent-sft`). Ctrl-C stops it.
+
+    Refuses to start where model-written code cannot be isolated (bubblewrap; `flywheel doctor
+    --check sandbox` says why), unless run as `flywheel --trust-model-code rollouts`.
     """
     from environments import ENVIRONMENTS
-    from environments.sandbox import isolation_report
     from fleet.rollouts import (
         AgentPolicy,
         KafkaTaskFeed,
@@ -109,11 +112,7 @@ def rollouts(
     replica_id = replica_id or default_replica_id()
     avro = codec(settings)
     stop = stop_on_signals()
-    isolation = isolation_report()
-    if not all(isolation.values()):
-        missing = ", ".join(k for k, v in isolation.items() if not v)
-        err.print(f"[yellow]sandbox[/]: not available here: {missing} (the audit hook still "
-                  "refuses processes, sockets and writes outside the work dir)")  # fmt: skip
+    require_model_code_isolation("rollouts")  # fail closed, before anything starts
     subscriber: ModelSubscriber[AgentPolicy | None] = ModelSubscriber(
         settings.kafka_client_config(), avro, model, replica_id, load_agent_policy, None
     )
