@@ -22,7 +22,6 @@ of the gateway's key store (``Authorization: Bearer``, which OpenAI clients send
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -174,10 +173,7 @@ class AgentApi:
             raw = await read_body(request, self._max_body_bytes)
         except BodyOverLimit as exc:
             raise api.ApiError(413, str(exc), code="request_too_large") from None
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise api.ApiError(400, f"the body is not valid JSON ({exc})") from None
+        return api.decode_body(raw)
 
     def _job(self, parsed: api.ApiRequest) -> tuple[Job, api.Served]:
         if parsed.model != self.replica.model_name:

@@ -12,7 +12,10 @@ two more body fields a client sends with ``extra_body``: ``session_id`` (the com
 session, for joining feedback; default: the response id) and ``privacy_mode`` (no token ids or
 text are recorded).
 
-Errors are OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``.
+Errors are OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``. Every malformed
+body is a 400 in that shape, never a 500: bytes that are not UTF-8, text that is not JSON or
+nests too deeply, a JSON value that is not an object, a string no UTF-8 can carry, a parameter
+of the wrong type.
 """
 
 from __future__ import annotations
@@ -80,6 +83,50 @@ class ApiRequest:
     session_id: str | None
     privacy_mode: bool
     prediction: str | None
+
+
+def decode_body(raw: bytes) -> Any:
+    """The JSON value of a request body; ApiError 400 when the bytes are not UTF-8 (RFC 8259:
+    JSON between systems is UTF-8; a leading byte-order mark is allowed), not JSON, nested too
+    deeply for the parser, or hold a string no UTF-8 can carry (a lone surrogate escape such as
+    ``"\\ud800"``: the tokenizer, and the completion event's Avro strings, fail on it)."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ApiError(
+            400, f"the body is not valid UTF-8 (byte {exc.start}); send JSON encoded as UTF-8"
+        ) from None
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise ApiError(400, "the body's JSON nests too deeply") from None
+    except ValueError as exc:
+        raise ApiError(400, f"the body is not valid JSON ({exc})") from None
+    if not _utf8_strings(body):
+        raise ApiError(
+            400, "the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff); send text"
+        )
+    return body
+
+
+def _utf8_strings(value: Any) -> bool:
+    """Whether every string (keys included) in a decoded JSON value encodes as UTF-8. A stack,
+    not recursion: the value may nest as deep as the parser allows."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def parse_request(body: Any, endpoint: Endpoint, *, max_n: int) -> ApiRequest:

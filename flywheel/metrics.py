@@ -23,6 +23,7 @@ flywheel_consumer_lag                           gauge    service, topic, partiti
 flywheel_dead_letters_total                     counter  service, stage, cause
 flywheel_model_version                          gauge    service, replica, model, channel
 flywheel_learner_decisions_total                counter  service, model, decision
+flywheel_learner_window_rows_total              counter  service, model, outcome
 ==============================================  =======  =======================================
 """
 
@@ -61,6 +62,7 @@ RECORDS_PRODUCED = "flywheel_records_produced"
 CONSUMER_LAG = "flywheel_consumer_lag"
 DEAD_LETTERS = "flywheel_dead_letters"
 LEARNER_DECISIONS = "flywheel_learner_decisions"
+LEARNER_WINDOW_ROWS = "flywheel_learner_window_rows"
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
@@ -275,6 +277,16 @@ class LearnerCollector:
         for decision, count in sorted(_copy(s.decisions).items()):
             family.add_metric([self._service, self._model, decision.lower()], count)
         yield family
+        yield dead_letters(self._service, "learner", s.dead_letters)
+        rows = CounterMetricFamily(
+            LEARNER_WINDOW_ROWS,
+            "Token-window rows cut to fit (trained, prompt shortened) or left out (overlong: the "
+            "completion alone exceeds seq_len; greedy: decoded at temperature 0).",
+            labels=["service", "model", "outcome"],
+        )
+        for outcome, count in sorted(_copy(s.window_rows).items()):
+            rows.add_metric([self._service, self._model, outcome], count)
+        yield rows
 
 
 class RolloutCollector:

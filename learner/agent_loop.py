@@ -7,10 +7,14 @@
       → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
         workers' tasks, decided on the online trial reward → PROMOTED or ROLLED_BACK → repeat
 
-Trials sampled by a version more than ``loop.max_staleness`` promotions behind production weigh 0
-(counted). Restartable like the gate's loop: windows are converted once, a run resumes from its
-newest complete checkpoint (its save directory is named after its newest window), a version a
-crash left undecided is settled on the next start, and no window is trained by two versions.
+Trials sampled by a version more than ``loop.max_staleness`` promotions behind production, or by
+one that was never production (a refused or rolled-back canary), weigh 0 (counted). No row of
+the lake stops the learner: the windows cut, leave out or dead-letter it, counted in each
+version's metrics and in the learner's stats (`learner.row_admission`).
+
+Restartable like the gate's loop: windows are converted once, a run resumes from its newest
+complete checkpoint (its save directory is named after its newest window), a version a crash
+left undecided is settled on the next start, and no window is trained by two versions.
 """
 
 from __future__ import annotations
@@ -102,15 +106,21 @@ class _Production:
     tokenizer: Any
 
 
-def oldest_fresh_version(promotions: Sequence[int], production: int, max_staleness: int) -> int:
-    """The oldest version whose trials still train: at most ``max_staleness`` production
-    versions behind ``production``. Staleness counts promotions (``promotions``: versions in the
-    order they were promoted), not version numbers: a refused candidate never sampled a trial,
-    and counting it would make the trials of the production it left in place stale."""
+def fresh_versions(
+    promotions: Sequence[int], production: int, max_staleness: int
+) -> frozenset[int]:
+    """The versions whose trials still train: ``production`` and the versions that were
+    production in the ``max_staleness`` promotions before it. Staleness counts promotions
+    (``promotions``: versions in the order they were promoted), not version numbers: a refused
+    candidate never sampled a trial, and counting it would make the trials of the production it
+    left in place stale. A version that was never production — a canary rolled back, whose
+    trials carry a number above production's — is not fresh: its trials sampled a policy the
+    loop refused. Without any history (``production`` not in ``promotions``): the version
+    numbers from ``production - max_staleness`` to ``production``."""
     if production not in promotions:
-        return production - max_staleness
+        return frozenset(range(production - max_staleness, production + 1))
     at = len(promotions) - 1 - promotions[::-1].index(production)
-    return min(promotions[max(0, at - max_staleness) : at + 1])
+    return frozenset(promotions[max(0, at - max_staleness) : at + 1])
 
 
 class AgentLearner:
@@ -164,11 +174,15 @@ class AgentLearner:
         trained = self.lifecycle.trained_windows()
         pad = production.tokenizer.pad_token_id
         last_note = 0.0
+        vocab = int(production.model.config.vocab_size)
         while not stop.is_set():
-            build_agent_window(
+            built = build_agent_window(
                 self.paths.lake, self.paths.mds_root, self.dataset,
                 model_name=self.model_name, pad_id=pad, config=c.windows, reads=self._reads,
+                vocab_size=vocab,
             )  # fmt: skip
+            if built is not None:
+                self._count(built)
             manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset,
                                      GROUP_REWARD_FN)  # fmt: skip
             new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
@@ -186,14 +200,14 @@ class AgentLearner:
     ) -> CycleResult:
         """Train on ``new`` windows (+ replay), gate on the eval suite, publish, canary."""
         c = self.config
-        oldest = oldest_fresh_version(self._promotions(), production.version,
-                                      c.loop.max_staleness)  # fmt: skip
-        rows, stale = sum(w.rows for w in new), self._stale_rows(new, oldest)
+        fresh = fresh_versions(self._promotions(), production.version,
+                               c.loop.max_staleness)  # fmt: skip
+        rows, stale = sum(w.rows for w in new), self._stale_rows(new, fresh)
         newest_ms = max(w.max_attributed_ms or 0 for w in new)
         self.log(f"training on {rows:,} new trials; the newest Reward is "
                  f"{time.time() - newest_ms / 1000:.0f}s old")  # fmt: skip
         started = time.monotonic()
-        candidate, fit = self._train(new, production, oldest)
+        candidate, fit = self._train(new, production, fresh)
         train_s = time.monotonic() - started
         self.stats.train_rows += rows - stale
         result = self._evaluate(candidate, production.tokenizer)
@@ -211,6 +225,7 @@ class AgentLearner:
             "stale_rows": float(stale),
             "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
             "expired_rows": float(sum(w.expired_rows for w in new)),
+            **_admission_metrics(new),
             WINDOW_LAST_EVENT_METRIC: float(newest_ms),
         }
         self._register(version, production, candidate, new, metrics)
@@ -252,8 +267,19 @@ class AgentLearner:
         return [e.version for e in self.registry.history(self.model_name)
                 if e.event_type is ModelEventType.PROMOTED]  # fmt: skip
 
-    def _stale_rows(self, windows: Sequence[WindowRecord], oldest: int) -> int:
-        """Rows of ``windows`` sampled by versions older than ``oldest``."""
+    def _count(self, window: WindowRecord) -> None:
+        """Add a new window's cut, left-out and dead-lettered rows to the learner's stats."""
+        self.stats.window_rows.update(
+            {"cut": window.cut_rows, "overlong": window.overlong_rows,
+             "greedy": window.greedy_rows}
+        )  # fmt: skip
+        self.stats.dead_letters.update(window.dead_letters)
+        if window.dead_letter_rows:
+            self.log(f"{window.name}: {window.dead_letter_rows} malformed rows left out "
+                     f"({window.dead_letters}); see its dead_letters.jsonl")  # fmt: skip
+
+    def _stale_rows(self, windows: Sequence[WindowRecord], fresh: frozenset[int]) -> int:
+        """Rows of ``windows`` sampled by versions not in ``fresh``."""
         from streaming import LocalDataset
 
         stale = 0
@@ -261,11 +287,12 @@ class AgentLearner:
             dataset = LocalDataset(str(self.paths.mds_root / self.dataset / w.name))
             for i in range(len(dataset)):
                 sample = dataset[i]
-                stale += int(np.count_nonzero(sample["version"][: sample["n_rows"]] < oldest))
+                versions = sample["version"][: sample["n_rows"]]
+                stale += int(np.count_nonzero(~np.isin(versions, list(fresh))))
         return stale
 
     def _train(
-        self, new: Sequence[WindowRecord], production: _Production, oldest: int
+        self, new: Sequence[WindowRecord], production: _Production, fresh: frozenset[int]
     ) -> tuple[Any, Any]:
         c = self.config
         save_dir = self.paths.runs_root / self.model_name / new[-1].name
@@ -286,7 +313,7 @@ class AgentLearner:
         )  # fmt: skip
         trainer = Trainer(
             dataclasses.replace(c.train, save_dir=save_dir, init_from=init_from),
-            GRPOTask(c.objective, reference, oldest_version=oldest),
+            GRPOTask(c.objective, reference, fresh_versions=fresh),
             model_factory,
             [WindowStream(local=p.local, proportion=p.proportion) for p in plan],
         )
@@ -322,3 +349,13 @@ class AgentLearner:
             self.model_name, ref, parent_version=production.version, reward_fn=GROUP_REWARD_FN,
             training_window=window, metrics=metrics, version=version,
         )  # fmt: skip
+
+
+def _admission_metrics(windows: Sequence[WindowRecord]) -> dict[str, float]:
+    """The windows' cut, left-out and dead-lettered rows, for the version's metrics."""
+    return {
+        "cut_rows": float(sum(w.cut_rows for w in windows)),
+        "overlong_rows": float(sum(w.overlong_rows for w in windows)),
+        "greedy_rows": float(sum(w.greedy_rows for w in windows)),
+        "dead_letter_rows": float(sum(w.dead_letter_rows for w in windows)),
+    }

@@ -63,6 +63,7 @@ def collect_trials(
     return agent_rows(
         [c.prompt_ids for c in completions], [c.token_ids for c in completions],
         [c.logprobs for c in completions], temperature=[sampling.temperature] * len(completions),
+        top_p=[sampling.top_p] * len(completions),
         advantage=advantages, reward=rewards,
         version=[version] * len(completions),
         group=[t.task_id for t in tasks for _ in range(group_size)],

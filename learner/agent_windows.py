@@ -23,12 +23,18 @@ until ``hold_s`` after the file's newest Reward; then the missing rows (and thos
 privacy mode, which have no tokens) are expired (counted in ``expired_rows``) and the rest
 converted. Rows with advantage 0 — every trial of a flat group, singletons, unreacted
 completions — carry no policy gradient and stay out (``zero_advantage_rows``).
+
+No row stops a window (`learner.row_admission`): a prompt too long for ``seq_len`` loses its
+start (``cut_rows``), a completion that alone does not fit stays out (``overlong_rows``), a
+greedy row stays out (``greedy_rows``), a malformed one is a dead letter (``dead_letters`` by
+cause, and the window's ``dead_letters.jsonl``). Each row keeps its sampling ``temperature``
+and ``top_p``, so that the objective recomputes the behaviour distribution exactly.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,11 +42,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
+from learner.agent_lake_reads import SERVED, TRIALS, AgentLakeReads, RowSource, with_tokens
 from learner.errors import LearnerError
 from learner.lake_rows import max_ms, min_ms
+from learner.row_admission import DEAD_LETTERS_NAME, admit_rows, dead_letters_jsonl
 from learner.token_windows import (
     TokenRows,
     TokenSampleSpec,
@@ -55,30 +62,18 @@ from learner.window_manifest import (
     write_manifest,
 )
 from learner.windows import dataset_lock, lake_ref, pending_files, recover, window_name
-from processors.lake.layout import LakeFile, scan_topic
+from processors.lake.layout import LakeFile
 from processors.rewards.rollouts import GROUP_REWARD_FN, normalised_advantages
-from processors.rewards.served import USE_REWARD
-from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
+from streams.topics import REWARDS_TOPIC
+
+__all__ = ["SERVED", "TRIALS", "AgentLakeReads", "AgentRows", "RowSource", "TokenWindowConfig",
+           "agent_rows", "build_agent_window", "group_number"]  # fmt: skip
 
 AGENT_ROW_SPEC = "agent-tokens@1"  # the windows' WindowRecord.context_spec
-_REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_version", "reward",
-                   "reward_fn", "reward_components", "advantage", "event_time",
-                   "attributed_at"]  # fmt: skip
-_TOKEN_COLUMNS = ["prompt_token_ids", "completion_token_ids", "behaviour_logprobs", "temperature"]
-
-
-@dataclass(frozen=True)
-class RowSource:
-    """One kind of Reward that trains the agent, and the lake topic holding its tokens."""
-
-    reward_source: str  # Reward.source
-    reward_fn: str
-    topic: str
-    id_column: str  # the topic's column that Reward.source_id names
-
-
-TRIALS = RowSource("ROLLOUT", GROUP_REWARD_FN, ROLLOUTS_TOPIC, "rollout_id")
-SERVED = RowSource("COMPLETION", USE_REWARD.id, COMPLETIONS_TOPIC, "completion_id")
+# What `learner.row_admission` judges: a Reward's fields, its tokens', their coordinates.
+_ADMISSION_COLUMNS = ["source", "source_id", "reward", "advantage", "group_id", "_partition",
+                      "_offset", "prompt_token_ids", "completion_token_ids", "behaviour_logprobs",
+                      "temperature", "top_p", "token_partition", "token_offset"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,7 +81,9 @@ class AgentRows:
     """Trials as training rows: token rows plus ``behaviour`` (n, L) float32 (μ of the token at
     each target position, 0 elsewhere), ``temperature`` it was sampled at, ``advantage``,
     ``reward`` (n,) float32, ``version`` (n,) int32 (the model version that sampled the trial),
-    ``group`` (n,) int64 and ``weight`` (n,) float32 (how much its tokens count; None: 1)."""
+    ``group`` (n,) int64, ``weight`` (n,) float32 (how much its tokens count; None: 1) and
+    ``top_p`` (n,) float64 (its nucleus threshold, float64 as sampled: the objective repeats the
+    sampler's cut exactly; None: 1, no filter)."""
 
     tokens: TokenRows
     behaviour: np.ndarray
@@ -96,6 +93,7 @@ class AgentRows:
     version: np.ndarray
     group: np.ndarray
     weight: np.ndarray | None = None
+    top_p: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -103,9 +101,10 @@ class AgentRows:
     def arrays(self) -> dict[str, np.ndarray]:
         """The per-row arrays a window stores (the packer pads with ``weight`` 0 rows)."""
         weight = np.ones(len(self), np.float32) if self.weight is None else self.weight
+        top_p = np.ones(len(self), np.float64) if self.top_p is None else self.top_p
         return {
             **token_arrays(self.tokens), "behaviour": self.behaviour,
-            "temperature": self.temperature, "advantage": self.advantage,
+            "temperature": self.temperature, "top_p": top_p, "advantage": self.advantage,
             "reward": self.reward, "version": self.version, "group": self.group,
             "weight": weight,
         }  # fmt: skip
@@ -129,9 +128,11 @@ def agent_rows(
     seq_len: int,
     pad_id: int,
     weight: Sequence[float] | None = None,
+    top_p: Sequence[float] | None = None,
 ) -> AgentRows:
     """Pack trials (prompt and completion ids, the completion's behaviour log-probs sampled at
-    ``temperature``) as rows."""
+    ``temperature`` and ``top_p``) as rows; LearnerError for a completion that does not fit
+    ``seq_len`` (`learner.row_admission` keeps those out of a window)."""
     tokens = pack_sequences(prompts, completions, seq_len, pad_id)
     behaviour = np.zeros(tokens.input_ids.shape, dtype=np.float32)
     for row, values in enumerate(logprobs):
@@ -143,6 +144,7 @@ def agent_rows(
         np.asarray(reward, dtype=np.float32), np.asarray(version, dtype=np.int32),
         np.asarray([group_number(g) for g in group], dtype=np.int64),
         None if weight is None else np.asarray(weight, dtype=np.float32),
+        None if top_p is None else np.asarray(top_p, dtype=np.float64),
     )  # fmt: skip
 
 
@@ -179,11 +181,14 @@ def build_agent_window(
     config: TokenWindowConfig,
     now: datetime | None = None,
     reads: AgentLakeReads | None = None,
+    vocab_size: int | None = None,
 ) -> WindowRecord | None:
     """Convert the Reward lake files not yet in ``dataset``'s manifest (and not held back) into
     one window of ``model_name``'s trials and served completions. Returns its record, or None
     when nothing is ready. A caller that builds again and again (the learner's poll) passes the
-    same ``reads`` each time, so that each lake file is read once."""
+    same ``reads`` each time, so that each lake file is read once. ``vocab_size``: the model's;
+    a token id outside it is a dead letter (None: ids need only fit int32). No row's content
+    raises: rows are cut, left out or dead-lettered (module docstring)."""
     root = mds_root / dataset
     root.mkdir(parents=True, exist_ok=True)
     now_ms = int((now or datetime.now(UTC)).timestamp() * 1000)
@@ -212,11 +217,19 @@ def build_agent_window(
             parts.append(table.filter(found) if n_missing else table)
         if not ready:
             return None
-        table, unreacted = _served_advantages(pa.concat_tables(parts))
+        joined = with_tokens(pa.concat_tables(parts), tokens)
+        admission = admit_rows(
+            joined.select(_ADMISSION_COLUMNS).to_pylist(), seq_len=config.seq_len,
+            vocab_size=vocab_size, trial_source=TRIALS.reward_source,
+            token_topics={s.reward_source: s.topic for s in config.sources},
+            reward_topic=REWARDS_TOPIC,
+        )  # fmt: skip
+        table = joined.take(pa.array(admission.keep, pa.int64()))
+        table, unreacted = _served_advantages(table)
         flat = pc.equal(table.column("advantage"), 0.0)
         zero = pc.sum(flat).as_py() or 0
         table = table.filter(pc.invert(flat)) if zero else table
-        rows = _rows(table, tokens, config, pad_id)
+        rows, cut = _rows(table, config, pad_id)
         served = pc.sum(pc.equal(table.column("source"), SERVED.reward_source)).as_py() or 0
         seq = manifest.next_seq()
         spec = TokenSampleSpec(config.seq_len, config.rows_per_sample)
@@ -231,112 +244,16 @@ def build_agent_window(
             max_attributed_ms=max_ms(table, "attributed_at"),
             created_at=datetime.now(UTC).isoformat(), expired_rows=expired,
             zero_advantage_rows=zero + unreacted, trained_tokens=rows.tokens.trained_tokens,
-            served_rows=served,
+            served_rows=served, cut_rows=cut, overlong_rows=admission.overlong,
+            greedy_rows=admission.greedy, dead_letters=admission.causes,
         )  # fmt: skip
-        write_token_window(root / record.name, rows.arrays(), spec,
-                           files={WINDOW_RECORD_NAME: record_json(record)})  # fmt: skip
+        files = {WINDOW_RECORD_NAME: record_json(record)}
+        if admission.dead_letters:  # written with the window: both appear, or neither
+            files[DEAD_LETTERS_NAME] = dead_letters_jsonl(admission.dead_letters)
+        write_token_window(root / record.name, rows.arrays(), spec, files=files)
         write_manifest(root, manifest.with_window(record))
         reads.consumed(ready, parts)
         return record
-
-
-def _agent_rewards(
-    path: Path, model_name: str, sources: Sequence[RowSource]
-) -> tuple[pa.Table, int]:
-    """One Reward file's rows of ``model_name`` from ``sources``, and the rows it holds."""
-    table = pq.read_table(path, columns=_REWARD_COLUMNS)
-    kinds = [
-        pc.and_(pc.equal(table.column("source"), s.reward_source),
-                pc.equal(table.column("reward_fn"), s.reward_fn))
-        for s in sources
-    ]  # fmt: skip
-    of_source = kinds[0] if len(kinds) == 1 else pc.or_(*kinds)
-    keep = pc.and_(of_source, pc.equal(table.column("model_name"), model_name))
-    return table.filter(keep), table.num_rows
-
-
-class AgentLakeReads:
-    """What one process has read of the lake for ``model_name``'s windows. A lake file is
-    immutable once visible (written under a temporary name, then renamed), so each is read once:
-    a Reward file's rows of the model until a window converts the file, a token topic's rows of
-    the model until a window consumes them. A learner polling every few seconds then reads only
-    the files that are new; re-reading every token file on each poll took seconds of CPU per poll
-    on a demo's lake, CPU the rollout workers beside it needed. Rows no Reward ever names (a
-    group the joiner expired) stay until the process ends."""
-
-    def __init__(self, lake: Path, model_name: str, sources: Sequence[RowSource]) -> None:
-        self.lake, self.model_name, self.sources = lake, model_name, tuple(sources)
-        self._rewards: dict[Path, tuple[pa.Table, int]] = {}
-        self._seen: dict[str, set[Path]] = {s.topic: set() for s in self.sources}
-        self._tokens: dict[str, pa.Table] = {s.topic: _no_tokens() for s in self.sources}
-
-    @property
-    def retained_rows(self) -> int:
-        """Token rows kept for Rewards not converted yet."""
-        return sum(t.num_rows for t in self._tokens.values())
-
-    def rewards(self, file: LakeFile) -> tuple[pa.Table, int]:
-        """The Reward file's rows of the model from ``sources``, and the rows it holds."""
-        if file.path not in self._rewards:
-            self._rewards[file.path] = _agent_rewards(file.path, self.model_name, self.sources)
-        return self._rewards[file.path]
-
-    def tokens(self, rewards: Sequence[pa.Table]) -> pa.Table:
-        """``id`` + the token columns of every Reward in ``rewards`` whose tokens are in the
-        lake (no lookup at all for a source none of them names, e.g. a file of the gate's)."""
-        parts = []
-        for source in self.sources:
-            ids = [t.filter(pc.equal(t.column("source"), source.reward_source)).column("source_id")
-                   for t in rewards]  # fmt: skip
-            wanted = pa.chunked_array(ids, pa.string()).combine_chunks()
-            if len(wanted):
-                known = self._refresh(source)
-                parts.append(known.filter(pc.is_in(known.column("id"), value_set=wanted)))
-        return pa.concat_tables(parts) if parts else _no_tokens()
-
-    def consumed(self, files: Sequence[LakeFile], rewards: Sequence[pa.Table]) -> None:
-        """Forget converted Reward files and the token rows of their Rewards."""
-        for f in files:
-            self._rewards.pop(f.path, None)
-        ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
-        done = ids.combine_chunks()
-        for topic, table in self._tokens.items():
-            self._tokens[topic] = table.filter(pc.invert(pc.is_in(table.column("id"), done)))
-
-    def _refresh(self, source: RowSource) -> pa.Table:
-        """The model's token rows of ``source.topic``, after reading the files new since the
-        last call; the first copy of each id."""
-        seen, known = self._seen[source.topic], self._tokens[source.topic]
-        new = [f for files in scan_topic(self.lake, source.topic).files.values() for f in files
-               if f.path not in seen]  # fmt: skip
-        if not new:
-            return known
-        table = pa.concat_tables([_token_file(f.path, source, self.model_name) for f in new])
-        _, first = np.unique(np.asarray(table.column("id").to_pylist(), dtype=object),
-                             return_index=True)  # fmt: skip
-        table = table.take(pa.array(np.sort(first)))
-        table = table.filter(pc.invert(pc.is_in(table.column("id"), value_set=known.column("id"))))
-        self._tokens[source.topic] = pa.concat_tables([known, table])
-        seen.update(f.path for f in new)
-        return self._tokens[source.topic]
-
-
-def _token_file(path: Path, source: RowSource, model_name: str) -> pa.Table:
-    """One ``source.topic`` lake file's rows of ``model_name`` that carry tokens (the
-    simulator's statistical rollouts and privacy-mode completions have none)."""
-    part = pq.read_table(path, columns=[source.id_column, "model_name", *_TOKEN_COLUMNS])
-    tokens = pc.fill_null(pc.list_value_length(part.column("completion_token_ids")), 0)
-    keep = pc.and_(pc.equal(part.column("model_name"), model_name), pc.greater(tokens, 0))
-    part = part.filter(keep).drop_columns(["model_name"])
-    return part.rename_columns(["id", *_TOKEN_COLUMNS]).cast(_no_tokens().schema)
-
-
-def _no_tokens() -> pa.Table:
-    ids = pa.list_(pa.int64())
-    return pa.table({"id": pa.array([], pa.string()), "prompt_token_ids": pa.array([], ids),
-                     "completion_token_ids": pa.array([], ids),
-                     "behaviour_logprobs": pa.array([], pa.list_(pa.float64())),
-                     "temperature": pa.array([], pa.float64())})  # fmt: skip
 
 
 def _served_advantages(table: pa.Table) -> tuple[pa.Table, int]:
@@ -373,20 +290,22 @@ def _served_advantages(table: pa.Table) -> tuple[pa.Table, int]:
     return table.filter(keep), len(silent)
 
 
-def _rows(rewards: pa.Table, tokens: pa.Table, config: TokenWindowConfig, pad_id: int) -> AgentRows:
-    by_id: Mapping[str, int] = {r: i for i, r in enumerate(tokens.column("id").to_pylist())}
-    index = [by_id[r] for r in rewards.column("source_id").to_pylist()]
-    trials = tokens.take(pa.array(index, pa.int64()))
+def _rows(table: pa.Table, config: TokenWindowConfig, pad_id: int) -> tuple[AgentRows, int]:
+    """The admitted rows of ``table`` (Rewards joined with their tokens) packed, and how many of
+    them lost the start of their prompt to fit ``seq_len``."""
+    prompts = table.column("prompt_token_ids").to_pylist()
+    completions = table.column("completion_token_ids").to_pylist()
+    cut = sum(len(p) + len(c) > config.seq_len for p, c in zip(prompts, completions, strict=True))
     weight = [config.served_weight if s == SERVED.reward_source else 1.0
-              for s in rewards.column("source").to_pylist()]  # fmt: skip
-    return agent_rows(
-        trials.column("prompt_token_ids").to_pylist(),
-        trials.column("completion_token_ids").to_pylist(),
-        trials.column("behaviour_logprobs").to_pylist(),
-        temperature=trials.column("temperature").to_pylist(),
-        advantage=rewards.column("advantage").to_pylist(),
-        reward=rewards.column("reward").to_pylist(),
-        version=rewards.column("model_version").to_pylist(),
-        group=rewards.column("group_id").to_pylist(),
+              for s in table.column("source").to_pylist()]  # fmt: skip
+    rows = agent_rows(
+        prompts, completions, table.column("behaviour_logprobs").to_pylist(),
+        temperature=table.column("temperature").to_pylist(),
+        top_p=table.column("top_p").to_pylist(),
+        advantage=table.column("advantage").to_pylist(),
+        reward=table.column("reward").to_pylist(),
+        version=table.column("model_version").to_pylist(),
+        group=table.column("group_id").to_pylist(),
         seq_len=config.seq_len, pad_id=pad_id, weight=weight,
     )  # fmt: skip
+    return rows, cut

@@ -2,8 +2,16 @@
 
 Notation per completion token t of a trial with group-relative advantage A (from the joiner's
 ``grpo@1`` Rewards): μ_t the behaviour log-prob recorded by the rollout worker (the distribution
-the token was drawn from, logits / temperature), π_t the trained policy's under the same
-temperature (each row carries its trial's sampling temperature), rho_t = exp(π_t - μ_t).
+the token was drawn from: logits / temperature, then the top-p nucleus), π_t the trained
+policy's under the same distribution (each row carries its trial's temperature and top_p, and
+π applies both, so on-policy rho is exactly 1), rho_t = exp(π_t - μ_t).
+
+* **Greedy rows are not samples.** A row served at temperature 0 (greedy, speculative edits
+  included) was chosen by argmax: its tokens had behaviour probability 1, not the recorded
+  softmax value, so π/μ is no importance ratio, and they are the policy's mode rather than draws
+  from it, so a policy gradient on them is biased towards what the model already prefers. Such
+  rows weigh 0 here (the windows already leave them out, counted as ``greedy_rows``; this also
+  covers older windows).
 
 * **Ratio against the behaviour policy.** rho is taken against μ from the rollout itself, never a
   recomputed "old" policy: the trials were produced by versions the registry served, possibly a
@@ -26,7 +34,7 @@ tokens, so ``tok`` durations count real completion tokens trained on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,42 +87,71 @@ def token_losses(
 class GRPOTask:
     """The agent recipe's `TrainingTask` over agent token windows: columns ``input_ids``,
     ``target`` (completion tokens), ``lengths``, ``behaviour`` (μ at each target position),
-    ``temperature`` (the trial's sampling temperature), ``advantage``, ``weight`` (per row; 0
-    for padding rows) and, with ``oldest_version``, ``version``: rows sampled by an older
-    version (the staleness bound) weigh 0."""
+    ``temperature`` and ``top_p`` (the trial's sampling parameters; a window without ``top_p``
+    reads as 1, no filter), ``advantage``, ``weight`` (per row; 0 for padding rows) and, with
+    ``fresh_versions``, ``version``: rows sampled by any other version (older than the
+    staleness bound, or never production: a refused or rolled-back canary) weigh 0. Rows at
+    temperature 0 (greedy) weigh 0 (module docstring).
+
+    ``reference`` (the KL's policy) follows the trained model's device: it is moved there on
+    the first loss on a device (the trainer moves the model it builds, never the task's
+    modules)."""
 
     def __init__(
         self,
         config: GRPOConfig,
         reference: nn.Module | None = None,
-        oldest_version: int | None = None,
+        fresh_versions: Collection[int] | None = None,
     ) -> None:
         self.config = config
         self.reference = reference
-        self.oldest_version = oldest_version
+        self.fresh_versions = None if fresh_versions is None else sorted(set(fresh_versions))
+        self._reference_device: torch.device | None = None
 
     def loss(
         self, model: nn.Module, batch: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, lengths = batch["input_ids"].long(), batch["lengths"]
         weight = batch["weight"].float()
-        if self.oldest_version is not None:
-            weight = weight * (batch["version"] >= self.oldest_version)
-        # Padding rows (weight 0) are all zeros, temperature included: divide them by 1, not 0.
+        if self.fresh_versions is not None:
+            fresh = torch.tensor(self.fresh_versions, device=batch["version"].device)
+            weight = weight * torch.isin(batch["version"], fresh.to(batch["version"].dtype))
         temperature = batch["temperature"].float()
-        temperature = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-        logprobs = next_token_logprobs(model, input_ids, lengths, temperature)
+        sampled = temperature > 0  # greedy rows (and padding rows, all zeros) are no samples
+        weight = weight * sampled
+        temperature = torch.where(sampled, temperature, torch.ones_like(temperature))
+        top_p = batch.get("top_p")
+        if top_p is not None:  # float64: the nucleus threshold as the sampler computed it
+            top_p = torch.where(top_p > 0, top_p.double(), torch.ones_like(top_p.double()))
+        logprobs = next_token_logprobs(model, input_ids, lengths, temperature, top_p=top_p)
         target = batch["target"][:, 1:].bool() & (weight > 0).unsqueeze(-1)
         reference = None
         if self.reference is not None and self.config.kl_coef > 0:
+            policy = self._reference_on(_device_of(model))
             with torch.no_grad():
-                reference = next_token_logprobs(self.reference, input_ids, lengths, temperature)
+                reference = next_token_logprobs(policy, input_ids, lengths, temperature,
+                                                top_p=top_p)  # fmt: skip
         losses = token_losses(
             logprobs, batch["behaviour"][:, 1:].float(), batch["advantage"].float(),
             self.config, reference,
         )  # fmt: skip
         weighted = torch.where(target, losses * weight.unsqueeze(-1), torch.zeros_like(losses))
         return weighted.sum(), target.sum()
+
+    def _reference_on(self, device: torch.device) -> nn.Module:
+        """The reference policy, moved to ``device`` once (the trained model's)."""
+        if self.reference is None:
+            raise LearnerError("GRPOTask has no reference policy; pass one for kl_coef > 0")
+        if self._reference_device != device:
+            self.reference = self.reference.to(device)
+            self._reference_device = device
+        return self.reference
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """Where ``model`` (or the module DDP wraps) keeps its parameters."""
+    parameter = next(model.parameters(), None)
+    return torch.device("cpu") if parameter is None else parameter.device
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ class LearnerStats:
 
     train_rows: int = 0  # rows trained on, over all versions
     decisions: Counter[str] = field(default_factory=Counter)  # ModelEventType name -> count
+    # Token windows (learner.row_admission): rows cut / overlong / greedy, and dead-lettered
+    # rows by cause.
+    window_rows: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from policies.agent_sampling import nucleus_filter
+
 
 def attention_mask(lengths: torch.Tensor, seq_len: int) -> torch.Tensor:
     """(B, L) long: 1 for the first ``lengths[b]`` positions of each right-padded row."""
@@ -29,11 +31,15 @@ def next_token_logprobs(
     lengths: torch.Tensor,
     temperature: float | torch.Tensor = 1.0,
     *,
+    top_p: torch.Tensor | None = None,
     buckets: int = LENGTH_BUCKETS,
 ) -> torch.Tensor:
     """(B, L-1): log-prob of token t+1 given tokens <= t under logits / ``temperature`` (one,
     or (B,): each row's own), for right-padded rows of ``lengths`` tokens; index t scores the
-    windows' position t+1 (past a row's end, values mean nothing).
+    windows' position t+1 (past a row's end, values mean nothing). With ``top_p`` (B,), each
+    row's distribution is the one its sampler drew from: the nucleus filter of
+    `policies.agent_sampling.nucleus_filter` after the temperature (rows with top_p 1 are
+    unfiltered), the scored token always kept.
 
     Rows are sorted by length and run in ``buckets`` forward passes, each cut to its longest
     row: a window's rows are padded to ``seq_len`` (128) but half of them are under 60 tokens,
@@ -52,8 +58,12 @@ def next_token_logprobs(
         attention = attention_mask(lengths[chunk], cut)
         logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
         scale = temperature[chunk] if isinstance(temperature, torch.Tensor) else temperature
-        logprobs = torch.log_softmax(logits / scale, dim=-1)
-        out[chunk, : cut - 1] = logprobs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        scaled = logits / scale
+        targets = ids[:, 1:]
+        if top_p is not None and bool((top_p[chunk] < 1).any()):
+            scaled = nucleus_filter(scaled, top_p[chunk].reshape(-1, 1, 1), keep=targets)
+        logprobs = torch.log_softmax(scaled, dim=-1)
+        out[chunk, : cut - 1] = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return out
 
 

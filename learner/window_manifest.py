@@ -73,6 +73,17 @@ class WindowRecord:
     zero_advantage_rows: int = 0
     trained_tokens: int = 0
     served_rows: int = 0
+    # learner.row_admission: rows trained with the start of their prompt cut to fit; rows left
+    # out because the completion alone does not fit, or because they were decoded greedily;
+    # malformed rows, by cause (each in the window's dead_letters.jsonl).
+    cut_rows: int = 0
+    overlong_rows: int = 0
+    greedy_rows: int = 0
+    dead_letters: dict[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def dead_letter_rows(self) -> int:
+        return sum(self.dead_letters.values())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,9 +92,10 @@ class WindowRecord:
     def from_json(data: Mapping[str, Any]) -> WindowRecord:
         try:
             files = tuple(LakeFileRef(**f) for f in data["files"])
-            values = {**data, "files": files, "extra_columns": tuple(data["extra_columns"])}
+            values = {**data, "files": files, "extra_columns": tuple(data["extra_columns"]),
+                      "dead_letters": dict(data.get("dead_letters", {}))}  # fmt: skip
             return WindowRecord(**values)
-        except (KeyError, TypeError) as error:
+        except (KeyError, TypeError, ValueError) as error:
             raise LearnerError(
                 f"window record {data.get('name')!r} is malformed ({error}); "
                 "delete the window directory and its manifest entry to rebuild it."

@@ -4,9 +4,10 @@
 ``n`` times (a group of parallel trials), left-padded, with the KV cache. The behaviour
 log-probability of a token is taken under the distribution it was drawn from: the logits
 divided by the temperature, after top-p filtering (``top_p=1``, the default, filters nothing);
-greedy decoding (``temperature=0``) reports the plain softmax. A completion ends at the first
-end-of-sequence token (kept, with its log-prob: the learner trains the decision to stop) or at
-``max_new_tokens``.
+greedy decoding (``temperature=0``) reports the plain softmax. :func:`nucleus_filter` is that
+top-p filter, row by row, so that a learner recomputes the same distribution. A completion ends
+at the first end-of-sequence token (kept, with its log-prob: the learner trains the decision to
+stop) or at ``max_new_tokens``.
 """
 
 from __future__ import annotations
@@ -104,6 +105,30 @@ def token_logprobs(scores: Sequence[torch.Tensor], generated: torch.Tensor) -> t
     by the temperature, -inf where top-p filtered), ``generated`` the (batch, steps) tokens."""
     stacked = torch.stack(tuple(scores), dim=1).float()  # (batch, steps, vocab)
     return torch.log_softmax(stacked, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
+
+
+def nucleus_filter(
+    logits: torch.Tensor, top_p: torch.Tensor, keep: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``logits`` (..., vocab), already divided by the temperature, with -inf where top-p
+    sampling at ``top_p`` (broadcast to (..., 1); float64 for the exact threshold) leaves a
+    token out, as `transformers`' ``TopPLogitsWarper`` does: tokens sorted by logit, those whose
+    cumulative probability from the bottom stays <= 1 - top_p removed, the most likely kept.
+    Entries with ``top_p`` >= 1 are untouched (generate adds no filter then; the rule would drop
+    tokens whose probability underflows to 0). ``keep`` (...) int64: a token never removed
+    (the one that was drawn: it was inside the sampler's nucleus, and float noise must not give
+    it probability 0 and an infinite log-ratio)."""
+    # transformers compares float32 cumulative sums with the Python double 1 - top_p; the same
+    # threshold here is (1 - top_p) in float64, then rounded to the logits' dtype.
+    threshold = (1.0 - top_p.double()).to(logits.dtype)
+    ascending, order = torch.sort(logits, descending=False)
+    cumulative = ascending.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = (cumulative <= threshold) & (top_p < 1)
+    drop_sorted[..., -1:] = False  # min_tokens_to_keep=1: the most likely token stays
+    drop = drop_sorted.scatter(-1, order, drop_sorted)
+    if keep is not None:
+        drop = drop.scatter(-1, keep.unsqueeze(-1), False)
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def _until_eos(

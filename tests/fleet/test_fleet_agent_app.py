@@ -219,6 +219,37 @@ def test_malformed_json_keys_and_unknown_routes(served) -> None:  # type: ignore
     assert client.get("/v1/models/other").status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "agent-lm", "prompt": "\xff"}',  # not UTF-8
+        b'{"model": "agent-lm", "prompt": "\xed\xa0\x80"}',  # a surrogate, UTF-8-encoded
+        b'{"model": "agent-lm", "prompt": "\\ud800"}',  # valid JSON, a lone surrogate
+        b'{"model": "agent-lm", "messages": [{"role": "user", "content": "\\udc00"}]}',
+        b'{"model": "agent-lm", "prompt": "x", "user": "\\ud800"}',
+        "{}".encode("utf-16"),  # JSON, but not in UTF-8
+        b"[" * 100_000 + b"]" * 100_000,  # nests past the parser's depth
+        b'"a string"',
+        b"null",
+        b'{"model": "agent-lm", "prompt": "x", "max_tokens": "8"}',
+        b'{"model": "agent-lm", "prompt": "x", "n": 1.5}',
+        b'{"model": "agent-lm", "prompt": "x", "stop": [1]}',
+        b'{"model": "agent-lm", "prompt": "x", "messages": 5, "prediction": 5}',
+        b'{"model": "agent-lm", "messages": [{"role": "user", "content": [{"text": 5}]}]}',
+        b'{"model": 5, "prompt": "x", "messages": [{"role": "user", "content": "x"}]}',
+    ],
+)
+def test_malformed_bodies_are_400s_in_openai_shape(served, path: str, raw: bytes) -> None:  # type: ignore[no-untyped-def]
+    client, events, _, _ = served
+    response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["message"]
+    assert events == []
+
+
 def test_models_health_and_metrics(served) -> None:  # type: ignore[no-untyped-def]
     client, _, _, _ = served
     models = client.get("/v1/models").json()

@@ -109,6 +109,8 @@ class LearnerStats:
 
     train_rows: int
     decisions: Counter[str]
+    window_rows: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
 
 
 def test_learner_decisions_by_kind() -> None:
@@ -118,6 +120,18 @@ def test_learner_decisions_by_kind() -> None:
     assert value(got, name, service="learner", model="gate", decision="gate_passed") == 2
     assert value(got, name, service="learner", model="gate", decision="promoted") == 1
     assert value(got, "flywheel_records_consumed_total", service="learner") == 100
+
+
+def test_learner_window_rows_and_dead_letters() -> None:
+    stats = LearnerStats(train_rows=0, decisions=Counter(),
+                         window_rows=Counter(cut=3, overlong=1, greedy=2),
+                         dead_letters=Counter(length_mismatch=1))  # fmt: skip
+    got = scrape(service_registry(LearnerCollector(stats, "agent-lm")))  # type: ignore[arg-type]
+    name = "flywheel_learner_window_rows_total"
+    assert value(got, name, service="learner", model="agent-lm", outcome="cut") == 3
+    assert value(got, name, service="learner", model="agent-lm", outcome="greedy") == 2
+    dlq = "flywheel_dead_letters_total"
+    assert value(got, dlq, service="learner", stage="learner", cause="length_mismatch") == 1
 
 
 @dataclass

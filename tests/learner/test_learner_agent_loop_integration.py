@@ -140,7 +140,7 @@ def _write_trials(h: Harness, *, flip: bool) -> None:
                 tests_passed=score.tests_passed, tests_total=score.tests_total,
                 reward_components=dict(score.components), behaviour_logprobs=logprobs,
                 duration_ms=1, prompt_token_ids=p_ids, completion_token_ids=c_ids,
-                temperature=SAMPLING.temperature,
+                temperature=SAMPLING.temperature, top_p=SAMPLING.top_p,
             ))  # fmt: skip
     rewards = []
     for start in range(0, len(results), SAMPLED + 1):
@@ -196,6 +196,7 @@ def test_a_cycle_publishes_a_better_version_and_canaries_it(harness: Harness) ->
     assert metrics["eval_pass_at_1"] > metrics["eval_production_pass_at_1"]
     assert metrics["eval_pass_lift_lower"] > 0 and metrics["train_tokens"] > 0
     assert metrics["train_rows"] > 0 and metrics["stale_rows"] == 0
+    assert metrics["dead_letter_rows"] == 0 and metrics["greedy_rows"] == 0
     assert history[1].reason and "pass@1" in history[1].reason
     assert history[-1].reason  # the canary's verdict, with its numbers
 

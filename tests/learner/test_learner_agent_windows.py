@@ -3,12 +3,15 @@ held, expired, mixed."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
-import pytest
 
 from learner.agent_windows import (
     AgentLakeReads,
@@ -16,6 +19,7 @@ from learner.agent_windows import (
     build_agent_window,
     group_number,
 )
+from learner.row_admission import DEAD_LETTERS_NAME
 from learner.window_manifest import read_manifest
 from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
 from processors.rewards.served import (
@@ -25,7 +29,7 @@ from processors.rewards.served import (
     completion_rewards,
 )
 from schemas.enums import AgentReaction
-from schemas.events import AgentCompletion, AgentFeedback, RolloutResult
+from schemas.events import AgentCompletion, AgentFeedback, Reward, RolloutResult
 from schemas.records import AvroRecord
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
 from tests.learner.agent_lake import write_lake_file
@@ -47,6 +51,7 @@ def _group(group: str, rewards: Sequence[float], model: str = "agent-lm") -> lis
             completion_tokens=3, tool_calls=0, tests_passed=int(r), tests_total=1,
             reward_components={"tests": r}, duration_ms=10, prompt_token_ids=(5, 6, 7),
             completion_token_ids=(8, 9, 2), behaviour_logprobs=(-0.5, -1.0, -0.1 * (i + 1)),
+            temperature=1.0, top_p=1.0,
         )
         for i, r in enumerate(rewards)
     ]  # fmt: skip
@@ -130,17 +135,108 @@ def test_other_models_and_sources_are_skipped(tmp_path: Path) -> None:
     assert record is not None and (record.rows, record.skipped_rows) == (2, 2)
 
 
-@pytest.mark.parametrize("seq_len", [4])
-def test_a_completion_longer_than_a_row_names_the_setting(tmp_path: Path, seq_len: int) -> None:
-    from learner.errors import LearnerError
+def _trial(
+    group: str,
+    i: int,
+    reward: float,
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    **fields: Any,
+) -> RolloutResult:
+    """One trial of ``group`` with these tokens (log-probs -0.5 each unless ``fields`` say)."""
+    values: dict[str, Any] = {
+        "event_id": f"e-{group}-{i}", "event_time": T0, "producer": "test",
+        "rollout_id": f"{group}-{i}", "task_id": "t-1", "group_id": group,
+        "model_name": "agent-lm", "model_version": 3, "prompt_tokens": len(prompt),
+        "completion_tokens": len(completion), "tool_calls": 0, "tests_passed": int(reward),
+        "tests_total": 1, "reward_components": {"tests": reward}, "duration_ms": 10,
+        "prompt_token_ids": tuple(prompt), "completion_token_ids": tuple(completion),
+        "behaviour_logprobs": tuple(-0.5 for _ in completion), "temperature": 1.0, "top_p": 1.0,
+    }  # fmt: skip
+    return RolloutResult(**{**values, **fields})
 
+
+def test_rows_too_long_for_a_window_are_cut_or_left_out_and_never_stop_it(
+    tmp_path: Path,
+) -> None:
     lake, mds = tmp_path / "lake", tmp_path / "mds"
-    ours = _group("g1", [1.0, 0.0])
-    _write(lake, ROLLOUTS_TOPIC, ours)
-    _write(lake, REWARDS_TOPIC, _rewards(ours))
-    with pytest.raises(LearnerError, match="seq_len"):
-        build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, now=T0,
-                           config=TokenWindowConfig(seq_len=3, rows_per_sample=4))  # fmt: skip
+    config = TokenWindowConfig(seq_len=6, rows_per_sample=4)
+    trials = [
+        _trial("g1", 0, 1.0, [5, 6, 7], [8, 9, 2]),  # exactly 6 tokens: fits whole
+        _trial("g1", 1, 0.0, [10, 11, 12, 13, 14], [8, 9, 2]),  # 8: the prompt loses 2 tokens
+        _trial("g1", 2, 1.0, [5], [8] * 6),  # the completion alone fills the row: left out
+    ]
+    long_served = dataclasses.replace(
+        _served("r1:0"), prompt_token_ids=(5,) * 200, completion_token_ids=(7,) * 150,
+        behaviour_logprobs=(-0.1,) * 150, completion_tokens=150,
+    )  # fmt: skip  # serving allows prompt + max_tokens up to the model's 256 positions
+    _write(lake, ROLLOUTS_TOPIC, trials)
+    _write(lake, COMPLETIONS_TOPIC, [long_served, _served("r2:0")])
+    _write(lake, REWARDS_TOPIC, [*_rewards(trials),
+                                 _use_reward(long_served, AgentReaction.ACCEPTED),
+                                 _use_reward(_served("r2:0"), AgentReaction.REVERTED)])  # fmt: skip
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=config,
+                                now=T0)  # fmt: skip
+    assert record is not None
+    assert (record.rows, record.cut_rows, record.overlong_rows) == (2, 1, 2)
+    rows = _samples(mds / "d" / record.name)
+    assert rows["input_ids"][1].tolist() == [12, 13, 14, 8, 9, 2]  # cut from the left
+    assert rows["target"][1].tolist() == [0, 0, 0, 1, 1, 1]  # the whole completion trains
+    np.testing.assert_allclose(rows["behaviour"][1, 3:], [-0.5] * 3)
+    # the Reward file is converted: the next build has nothing to do, and does not raise
+    assert build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=config,
+                              now=T0) is None  # fmt: skip
+
+
+def test_malformed_rows_are_dead_letters_with_their_cause(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    good = [_trial("g1", i, float(i % 2), [5, 6], [8, 2]) for i in range(2)]
+    bad = [
+        _trial("g1", 2, 1.0, [5, 6], [8, 9, 2], behaviour_logprobs=(-0.5, -0.5)),
+        _trial("g1", 3, 0.0, [5, 6], [8, 999]),  # 999: outside a 100-token vocabulary
+        _trial("g1", 4, 1.0, [5, 6], [8, 2], behaviour_logprobs=(-0.5, math.nan)),
+        _trial("g1", 5, 0.0, [5, 6], [8, 2], top_p=None),  # its distribution is unknown
+        _trial("g1", 6, 1.0, [5, 6], [8, 2], temperature=None),
+        _trial("g1", 7, 0.0, [], [8, 2]),
+    ]
+    _write(lake, ROLLOUTS_TOPIC, [*good, *bad])
+    rewards = _rewards(good + bad)
+    broken = dataclasses.replace(cast(Reward, rewards[0]), advantage=math.inf)  # at fault
+    _write(lake, REWARDS_TOPIC, [broken, *rewards[1:]])
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, now=T0,
+                                config=CONFIG, vocab_size=100)  # fmt: skip
+    assert record is not None and record.rows == 1
+    assert record.dead_letters == {"invalid_reward": 1, "length_mismatch": 1,
+                                   "token_out_of_vocab": 1, "invalid_logprob": 1,
+                                   "invalid_sampling": 2, "missing_tokens": 1}  # fmt: skip
+    letters = [json.loads(line) for line in
+               (mds / "d" / record.name / DEAD_LETTERS_NAME).read_text().splitlines()]  # fmt: skip
+    by_id = {letter["id"]: letter for letter in letters}
+    assert by_id["g1-2"]["cause"] == "length_mismatch" and "3 completion" in by_id["g1-2"]["error"]
+    assert (by_id["g1-3"]["topic"], by_id["g1-3"]["partition"], by_id["g1-3"]["offset"]) == (
+        ROLLOUTS_TOPIC, 0, 3,
+    )  # fmt: skip
+    assert (by_id["g1-0"]["topic"], by_id["g1-0"]["offset"]) == (REWARDS_TOPIC, 0)
+    assert {letter["stage"] for letter in letters} == {"learner"}
+    manifest = read_manifest(mds / "d", "d", GROUP_REWARD_FN)
+    assert manifest.windows[0].dead_letters == record.dead_letters  # kept in the record
+
+
+def test_greedy_rows_stay_out_and_top_p_travels_with_each_row(tmp_path: Path) -> None:
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    nucleus = [dataclasses.replace(_served(f"r{i}:0"), top_p=0.9, temperature=0.7)
+               for i in range(2)]  # fmt: skip
+    greedy = dataclasses.replace(_served("r9:0"), temperature=0.0, speculative=True)
+    _write(lake, COMPLETIONS_TOPIC, [*nucleus, greedy])
+    _write(lake, REWARDS_TOPIC, [_use_reward(nucleus[0], AgentReaction.ACCEPTED),
+                                 _use_reward(nucleus[1], AgentReaction.REVERTED),
+                                 _use_reward(greedy, AgentReaction.ACCEPTED)])  # fmt: skip
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG,
+                                now=T0)  # fmt: skip
+    assert record is not None and (record.rows, record.greedy_rows) == (2, 1)
+    rows = _samples(mds / "d" / record.name)
+    assert rows["top_p"].dtype == np.float64 and rows["top_p"].tolist() == [0.9, 0.9]
+    np.testing.assert_allclose(rows["temperature"], [0.7, 0.7], rtol=1e-6)
 
 
 def _served(cid: str, version: int = 4, private: bool = False) -> AgentCompletion:

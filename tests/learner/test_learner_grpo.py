@@ -1,15 +1,28 @@
-"""The GRPO objective on hand-computed cases, the sign of its update, and the trial filter."""
+"""The GRPO objective on hand-computed cases, the sign of its update, the trial filter, the
+exact behaviour ratio (temperature and top-p), greedy rows, the reference's device, staleness."""
 
 from __future__ import annotations
 
+import copy
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from transformers import TopPLogitsWarper
 
+from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from learner.agent_loop import fresh_versions
+from learner.agent_rl import collect_trials
+from learner.agent_windows import AgentRows
 from learner.errors import LearnerError
-from learner.grpo import GRPOConfig, TrialFilter, token_losses
+from learner.grpo import GRPOConfig, GRPOTask, TrialFilter, token_losses
+from learner.lm_objective import next_token_logprobs
+from policies.agent_lm import AgentModelConfig, build_model, train_tokenizer
+from policies.agent_sampling import SamplingParams, nucleus_filter
+
+ENV = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
 
 CONFIG = GRPOConfig(clip_low=0.2, clip_high=0.28, tis_cap=2.0)
 
@@ -75,13 +88,7 @@ def test_bad_settings_are_refused() -> None:
 
 
 def test_collected_trials_carry_behaviour_logprobs_at_their_tokens() -> None:
-    from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-    from learner.agent_rl import collect_trials
-    from learner.grpo import GRPOTask
-    from policies.agent_lm import AgentModelConfig, build_model, train_tokenizer
-    from policies.agent_sampling import SamplingParams
-
-    env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
+    env = ENV
     tasks = env.tasks("train", 3, seed=2)
     tokenizer = train_tokenizer([env.reset(t) for t in env.tasks("train", 100)], 300)
     torch.manual_seed(0)
@@ -104,13 +111,115 @@ def test_collected_trials_carry_behaviour_logprobs_at_their_tokens() -> None:
     expected = -(trials.advantage * tokens_per_row).sum()
     assert float(total.detach()) == pytest.approx(float(expected), abs=1e-2)
     assert int(count) == int(tokens_per_row.sum())
-    # Rows older than the staleness bound weigh nothing: only version-1 rows count.
+    # Rows of versions not fresh weigh nothing: only version-1 rows count.
     batch = trials.batch()
     batch["version"] = torch.tensor([0] * 4 + [1] * 8, dtype=torch.int32)
-    _, fresh = GRPOTask(GRPOConfig(), oldest_version=1).loss(model, batch)
+    _, fresh = GRPOTask(GRPOConfig(), fresh_versions={1}).loss(model, batch)
     assert int(fresh) == int(tokens_per_row[4:].sum())
     # A window's padding rows are all zeros (temperature 0 too): they add nothing, not NaN.
     padded = {k: torch.cat([v, torch.zeros_like(v[:2])]) for k, v in trials.batch().items()}
     total_padded, count_padded = GRPOTask(GRPOConfig()).loss(model, padded)
     assert torch.isfinite(total_padded) and int(count_padded) == int(count)
     assert float(total_padded.detach()) == pytest.approx(float(total.detach()), abs=1e-4)
+
+
+def _tiny_lm() -> tuple[Any, Any]:
+    tokenizer = train_tokenizer([ENV.reset(t) for t in ENV.tasks("train", 100)], 300)
+    torch.manual_seed(0)
+    shape = AgentModelConfig(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=32,
+                             vocab_size=300)  # fmt: skip
+    model = build_model(shape, tokenizer)
+    return model.eval(), tokenizer  # type: ignore[no-untyped-call]  # untyped in transformers
+
+
+def _trials(model: Any, tokenizer: Any, sampling: SamplingParams, tasks: int) -> AgentRows:
+    """4 trials of each of ``tasks`` training tasks, sampled with ``sampling``."""
+    return collect_trials(model, tokenizer, ENV, ENV.tasks("train", tasks, seed=2), 4, sampling,
+                          seq_len=128, seed=1)  # fmt: skip
+
+
+def test_the_nucleus_filter_is_the_samplers() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(6, 50) * 3
+    top_p = torch.tensor([0.1, 0.5, 0.9, 0.95, 0.999, 1.0], dtype=torch.float64)
+    filtered = nucleus_filter(logits, top_p.unsqueeze(-1))
+    for row, p in enumerate(top_p.tolist()):
+        scores = logits[row : row + 1]
+        warped = scores if p == 1.0 else TopPLogitsWarper(p)(torch.zeros(1, 1).long(), scores)
+        assert torch.equal(filtered[row : row + 1], warped)
+    # The token drawn is always kept, even where the filter would drop it.
+    least = logits[0].argmin()
+    kept = nucleus_filter(logits[:1], top_p[:1].unsqueeze(-1), keep=least.reshape(1))
+    assert torch.isfinite(kept[0, least]) and torch.isinf(filtered[0, least])
+
+
+def test_the_on_policy_ratio_is_one_at_the_rows_temperature_and_top_p() -> None:
+    model, tokenizer = _tiny_lm()
+    trials = _trials(model, tokenizer, SamplingParams(temperature=0.8, top_p=0.7,
+                                                      max_new_tokens=8), tasks=3)  # fmt: skip
+    batch = trials.batch()
+    target, behaviour = batch["target"][:, 1:].bool(), batch["behaviour"][:, 1:]
+    with torch.no_grad():
+        args = (model, batch["input_ids"].long(), batch["lengths"], batch["temperature"])
+        exact = next_token_logprobs(*args, top_p=batch["top_p"])
+        without_top_p = next_token_logprobs(*args)
+    assert torch.allclose(exact[target], behaviour[target], atol=1e-4)
+    assert not torch.allclose(without_top_p[target], behaviour[target], atol=1e-2)
+    # Through the objective: every ratio is 1, so with advantage 1 each token's loss is -1.
+    batch["advantage"] = torch.ones(len(trials))
+    total, count = GRPOTask(GRPOConfig()).loss(model, batch)
+    assert int(count) == int(trials.tokens.target[:, 1:].sum())
+    assert float(total.detach()) == pytest.approx(-int(count), abs=1e-3)
+
+
+def test_greedy_rows_are_not_trained_as_samples() -> None:
+    model, tokenizer = _tiny_lm()
+    trials = _trials(model, tokenizer, SamplingParams(max_new_tokens=4), tasks=1)
+    batch = trials.batch()
+    batch["temperature"] = torch.tensor([0.0, 1.0, 0.0, 1.0])  # rows 0 and 2 served greedily
+    _, count = GRPOTask(GRPOConfig()).loss(model, batch)
+    tokens_per_row = trials.tokens.target[:, 1:].sum(axis=1)
+    assert int(count) == int(tokens_per_row[1] + tokens_per_row[3])
+
+
+class _Recorded(torch.nn.Module):
+    """A reference policy that records where it is moved."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.moves: list[Any] = []
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        self.moves.append(args[0] if args else kwargs.get("device"))
+        return super().to(*args, **kwargs)
+
+    def forward(self, **kwargs: Any) -> Any:
+        return self.inner(**kwargs)
+
+
+def test_the_kl_reference_follows_the_trained_model_to_its_device() -> None:
+    model, tokenizer = _tiny_lm()
+    trials = _trials(model, tokenizer, SamplingParams(max_new_tokens=4), tasks=1)
+    reference = _Recorded(copy.deepcopy(model))
+    task = GRPOTask(GRPOConfig(kl_coef=0.1), reference)
+    task.loss(model, trials.batch())
+    task.loss(model, trials.batch())
+    device = next(model.parameters()).device
+    assert reference.moves == [device]  # moved once, to the model's device
+    assert task.reference is not None and next(task.reference.parameters()).device == device
+
+
+def test_trials_of_a_rolled_back_canary_weigh_nothing() -> None:
+    fresh = fresh_versions([1, 2], production=2, max_staleness=2)  # v3's canary rolled back
+    assert fresh == {1, 2}
+    model, _ = _tiny_lm()
+    rows = 3
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 8]] * rows), "lengths": torch.full((rows,), 4),
+        "target": torch.tensor([[0, 0, 1, 1]] * rows), "behaviour": torch.zeros(rows, 4),
+        "temperature": torch.ones(rows), "advantage": torch.ones(rows),
+        "weight": torch.ones(rows), "version": torch.tensor([2, 3, 1], dtype=torch.int32),
+    }  # fmt: skip
+    _, count = GRPOTask(GRPOConfig(), fresh_versions=fresh).loss(model, batch)
+    assert int(count) == 4  # the rows of v2 and v1, two tokens each; v3's weigh 0
