@@ -22,7 +22,8 @@ def test_every_check_passes_on_the_local_stack(stack: Settings) -> None:
     results = run_checks(timeout_s=10.0)
     failed = [r for r in results if not r.ok]
     assert not failed, failed
-    assert {r.check for r in results} == {"config", "kafka", "registry", "topics", "schemas"}
+    assert {r.check for r in results} == {"config", "kafka", "registry", "topics", "schemas",
+                                          "sandbox"}  # fmt: skip
 
 
 def test_topic_drift_is_reported_with_the_command_that_fixes_it(
