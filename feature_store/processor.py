@@ -13,7 +13,7 @@ A thin confluent-kafka adapter around the pure :class:`OnlineAggregator` (STYLE 
   flush, not 1,000. A windowed value that changes only because time passes (rows leaving the
   window) sends no update: readers needing exact values ask the store with an ``as_of``.
 * **Dead letters.** A record that does not decode goes to ``dlq.features`` with the decoder's
-  cause (``processors.lake.dead_letters`` format and privacy rule); processing goes on.
+  cause (``contracts.dead_letters`` format and privacy rule); processing goes on.
 * **Erasure.** ``privacy.erasures`` is read to its end before the sources, then followed: an
   ``ErasureRecorded`` drops the user's series, publishes a tombstone for each of their keys on
   the compacted updates topic, and makes the replay skip the user's older events (which the
@@ -40,12 +40,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from contracts.dead_letters import CODE_TEXT_FIELD, Origin, dead_letter
+from contracts.errors import RecordRejected
 from feature_store.declarations import FeatureDeclaration
 from feature_store.errors import FeatureStoreError
 from feature_store.online import OnlineFeatureStore
 from feature_store.semantics import from_epoch_ms, to_epoch_ms
-from processors.lake.dead_letters import CODE_TEXT_FIELD, Origin, dead_letter
-from processors.lake.errors import RecordRejected
 from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from processors.lake.layout import LakeFile, scan_topic
+from contracts.lake_layout import LakeFile, scan_topic
 from processors.rewards.rollouts import GROUP_REWARD_FN
 from processors.rewards.served import USE_REWARD
 from streams.topics import COMPLETIONS_TOPIC, ROLLOUTS_TOPIC

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from contracts.lake_layout import LakeFile
 from learner.agent_lake_reads import SERVED, TRIALS, AgentLakeReads, RowSource, with_tokens
 from learner.errors import LearnerError
 from learner.lake_rows import max_ms, min_ms
@@ -62,7 +63,6 @@ from learner.window_manifest import (
     write_manifest,
 )
 from learner.windows import dataset_lock, lake_ref, pending_files, recover, window_name
-from processors.lake.layout import LakeFile
 from processors.rewards.rollouts import GROUP_REWARD_FN, normalised_advantages
 from streams.topics import REWARDS_TOPIC
 

@@ -19,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from contracts.arrow_schema import arrow_schema
+from contracts.lake_layout import file_path, hour_of_ms
 from learner.errors import LearnerError
 from learner.objective import GateObjective
 from learner.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
-from processors.lake.arrow_schema import arrow_schema
-from processors.lake.layout import file_path, hour_of_ms
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import load_schema
 from schemas.events import SuggestionOffered

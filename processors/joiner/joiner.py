@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from contracts.dead_letters import DeadLetter, Origin, dead_letter
+from contracts.errors import RecordRejected
 from processors.joiner.dead_letters import (
     ORPHAN,
     STAGE,
@@ -48,8 +50,6 @@ from processors.joiner.dead_letters import (
 from processors.joiner.holes import DEFAULT_HOLE_ACCEPT_S, OffsetHoles
 from processors.joiner.state import MARK, Batch, ChangelogState, DictState, StoredSuggestion
 from processors.joiner.stats import JoinerStats
-from processors.lake.dead_letters import DeadLetter, Origin, dead_letter
-from processors.lake.errors import RecordRejected
 from processors.rewards.attribution import (
     PendingSuggestion,
     Watermark,

@@ -33,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from contracts.lake_layout import scan_topic
 from processors.lake.errors import ErasureError
-from processors.lake.layout import scan_topic
 from processors.lake.writer import write_parquet_atomically
 from schemas.events import ErasureRecorded
 
