@@ -7,6 +7,7 @@ import time
 
 import click
 
+from contracts.advantages import DEFAULT_GROUP_SIZE
 from flywheel.console import err, out
 from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
@@ -27,7 +28,7 @@ DEFAULT_MODEL = "agent-lm"
 )
 @click.option(
     "--group-size",
-    default=8,
+    default=DEFAULT_GROUP_SIZE,
     show_default=True,
     type=click.IntRange(1, 256),
     help="Parallel trials per task (a task event's group_size wins when set).",
