@@ -50,13 +50,11 @@ from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate
 from streams.errors import DecodeError
-from streams.topics import dlq_topic
+from streams.topics import ERASURES_TOPIC, FEATURE_UPDATES_TOPIC, dlq_topic
 
 log = logging.getLogger("flywheel.features")
 
 STAGE = "features"
-UPDATES_TOPIC = "features.updates"
-ERASURES_TOPIC = "privacy.erasures"
 BATCH = 1000
 
 
@@ -115,7 +113,7 @@ class FeatureProcessor:
         store: OnlineFeatureStore,
         *,
         topics: Mapping[str, str] | None = None,
-        updates_topic: str = UPDATES_TOPIC,
+        updates_topic: str = FEATURE_UPDATES_TOPIC,
         erasures_topic: str = ERASURES_TOPIC,
         dlq: str = dlq_topic(STAGE),
         producer_name: str = "feature_store.online/worker-0",
@@ -322,7 +320,7 @@ class FeatureProcessor:
                 as_of=from_epoch_ms(as_of),
                 source_event_count=got.count,
             )
-            data = self._codec.encode(UPDATES_TOPIC, update.to_record())
+            data = self._codec.encode(FEATURE_UPDATES_TOPIC, update.to_record())
             self._produce(self._updates_topic, update_key(feature, entity).encode(), data, None)
         self.status.updates += len(dirty)
         return len(dirty)

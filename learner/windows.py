@@ -43,8 +43,7 @@ from learner.window_manifest import (
     write_window_atomically,
 )
 from policies.context import CONTEXT_DIM, CONTEXT_SPEC
-
-REWARDS_TOPIC = "rewards"
+from streams.topics import REWARDS_TOPIC
 
 
 def build_window(

@@ -30,6 +30,7 @@ from schemas.catalog import load_schema
 from schemas.events import SuggestionOffered
 from simulator import Fleet
 from simulator.ground_truth import BREAK_EVEN, OutcomeCode
+from streams.topics import REWARDS_TOPIC
 
 TAB_REWARD_FN = "tab@1"
 
@@ -166,7 +167,7 @@ def write_reward_lake(
     first_offset: int = 0,
     model_name: str = "suggestion-gate",
     reward_fn: str = TAB_REWARD_FN,
-    topic: str = "rewards",
+    topic: str = REWARDS_TOPIC,
     user_ids: Sequence[str | None] | None = None,
     languages: Sequence[str | None] | None = None,
 ) -> Path:

@@ -31,6 +31,7 @@ from learner.agent_windows import TRIALS, RowSource
 from learner.loop import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import DECIDED, VersionState
 from schemas.enums import ModelEventType
+from streams.topics import REWARDS_TOPIC
 
 USERS_RATE_PER_S = 1.0  # agent users' requests: a share of the CPU the rollout workers also need
 # The rollout worker, the serving replica and the learner run torch side by side; each with a
@@ -84,7 +85,7 @@ def online_rewards(
 ) -> dict[int, tuple[float, int]]:
     """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` (sandbox trials,
     or completions served to users) in the lake."""
-    files = sorted(str(p) for p in (lake / "rewards").rglob("*.parquet"))
+    files = sorted(str(p) for p in (lake / REWARDS_TOPIC).rglob("*.parquet"))
     if not files:
         return {}
     with duckdb.connect() as con:
