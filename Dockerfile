@@ -45,6 +45,7 @@ RUN uv pip install --system --no-cache --override overrides.txt -r pyproject.tom
 COPY ground ./ground
 COPY schemas ./schemas
 COPY streams ./streams
+COPY contracts ./contracts
 COPY processors ./processors
 COPY analytics ./analytics
 COPY feature_store ./feature_store

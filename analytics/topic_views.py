@@ -28,8 +28,8 @@ from pathlib import Path
 import duckdb
 
 from analytics.errors import CatalogError
-from processors.lake.arrow_schema import arrow_schema
-from processors.lake.layout import SUFFIX
+from contracts.arrow_schema import arrow_schema
+from contracts.lake_layout import SUFFIX
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters (as processors.lake)

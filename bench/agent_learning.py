@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from contracts.advantages import normalised_advantages
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
 from environments.program_synthesis import ProgramSynthesis
@@ -30,7 +31,6 @@ from learner.agent_rl import collect_trials
 from learner.grpo import GRPOConfig, GRPOTask, TrialFilter
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
-from processors.rewards.rollouts import normalised_advantages
 
 
 def main() -> None:

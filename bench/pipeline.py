@@ -398,7 +398,7 @@ def lake_check(
     per partition that overlap or leave gaps."""
     import pyarrow.parquet as pq
 
-    from processors.lake.layout import parse_file_name
+    from contracts.lake_layout import parse_file_name
 
     problems: list[str] = []
     produced: dict[str, set[str]] = {t: set() for t in (*TELEMETRY, ROLLOUTS)}

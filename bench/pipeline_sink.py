@@ -38,11 +38,11 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.raw_producer import produce_all
+from contracts.arrow_schema import arrow_schema
 from flywheel.clients import codec as make_codec
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
 from processors.lake import LakeSink, RotationLimits
-from processors.lake.arrow_schema import arrow_schema
 from schemas.catalog import load_schema, parsed_schema
 from streams.admin import TopicAdmin
 from streams.serde import HEADER, AvroCodec

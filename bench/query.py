@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analytics import Catalog
-from processors.lake.layout import file_path
+from contracts.lake_layout import file_path
 from processors.lake.writer import COMPRESSION, ROW_GROUP_ROWS, write_parquet_atomically
 
 TOPIC = "rewards"

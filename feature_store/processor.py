@@ -13,7 +13,7 @@ A thin confluent-kafka adapter around the pure :class:`OnlineAggregator` (STYLE 
   flush, not 1,000. A windowed value that changes only because time passes (rows leaving the
   window) sends no update: readers needing exact values ask the store with an ``as_of``.
 * **Dead letters.** A record that does not decode goes to ``dlq.features`` with the decoder's
-  cause (``processors.lake.dead_letters`` format and privacy rule); processing goes on.
+  cause (``contracts.dead_letters`` format and privacy rule); processing goes on.
 * **Erasure.** ``privacy.erasures`` is read to its end before the sources, then followed: an
   ``ErasureRecorded`` drops the user's series, publishes a tombstone for each of their keys on
   the compacted updates topic, and makes the replay skip the user's older events (which the
@@ -40,23 +40,21 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from contracts.dead_letters import CODE_TEXT_FIELD, Origin, dead_letter
+from contracts.errors import RecordRejected
 from feature_store.declarations import FeatureDeclaration
 from feature_store.errors import FeatureStoreError
 from feature_store.online import OnlineFeatureStore
 from feature_store.semantics import from_epoch_ms, to_epoch_ms
-from processors.lake.dead_letters import CODE_TEXT_FIELD, Origin, dead_letter
-from processors.lake.errors import RecordRejected
 from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate
 from streams.errors import DecodeError
-from streams.topics import dlq_topic
+from streams.topics import ERASURES_TOPIC, FEATURE_UPDATES_TOPIC, dlq_topic
 
 log = logging.getLogger("flywheel.features")
 
 STAGE = "features"
-UPDATES_TOPIC = "features.updates"
-ERASURES_TOPIC = "privacy.erasures"
 BATCH = 1000
 
 
@@ -115,7 +113,7 @@ class FeatureProcessor:
         store: OnlineFeatureStore,
         *,
         topics: Mapping[str, str] | None = None,
-        updates_topic: str = UPDATES_TOPIC,
+        updates_topic: str = FEATURE_UPDATES_TOPIC,
         erasures_topic: str = ERASURES_TOPIC,
         dlq: str = dlq_topic(STAGE),
         producer_name: str = "feature_store.online/worker-0",
@@ -322,7 +320,7 @@ class FeatureProcessor:
                 as_of=from_epoch_ms(as_of),
                 source_event_count=got.count,
             )
-            data = self._codec.encode(UPDATES_TOPIC, update.to_record())
+            data = self._codec.encode(FEATURE_UPDATES_TOPIC, update.to_record())
             self._produce(self._updates_topic, update_key(feature, entity).encode(), data, None)
         self.status.updates += len(dirty)
         return len(dirty)

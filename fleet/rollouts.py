@@ -28,13 +28,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
+from contracts.dead_letters import Origin, dead_letter
+from contracts.errors import RecordRejected
 from environments.base import EnvironmentRegistry, Score, Task, score_all
 from environments.errors import TaskEnvironmentError
 from fleet.subscriber import ModelSubscriber
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import Completion, SamplingParams, sample
-from processors.lake.dead_letters import Origin, dead_letter
-from processors.lake.errors import RecordRejected
 from schemas.events import AgentTask, RolloutResult
 from streams.errors import DecodeError
 from streams.serde import AvroCodec

@@ -35,8 +35,6 @@ from fleet.errors import ServingError
 from ground.errors import FlywheelError
 from model_registry.artifacts import verify_artifact
 from model_registry.registry import (
-    ACKS_TOPIC,
-    CHANNELS_TOPIC,
     DEFAULT_TOPICS,
     FALLBACK_VERSION,
     ModelTopics,
@@ -47,6 +45,7 @@ from schemas.events import ChannelPointer, ReplicaAck
 from streams.errors import TopicIOError
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer, watermarks
+from streams.topics import MODEL_ACKS_TOPIC, MODEL_CHANNELS_TOPIC
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -304,7 +303,7 @@ class ModelSubscriber(Generic[T]):
         value = message.value()
         if value is None:
             return None
-        return ChannelPointer.from_record(self._codec.decode(CHANNELS_TOPIC, value))
+        return ChannelPointer.from_record(self._codec.decode(MODEL_CHANNELS_TOPIC, value))
 
     def _apply(self, channel: Channel, pointer: ChannelPointer | None) -> bool:
         """Make ``channel`` serve ``pointer``; True when what the channel serves changed."""
@@ -366,7 +365,7 @@ class ModelSubscriber(Generic[T]):
             error=error,
         )
         self._acks.send(
-            self._topics.acks, self.replica_id, self._codec.encode_event(ACKS_TOPIC, ack)
+            self._topics.acks, self.replica_id, self._codec.encode_event(MODEL_ACKS_TOPIC, ack)
         )
 
     def _flush_acks(self) -> None:

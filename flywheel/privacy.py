@@ -17,8 +17,7 @@ from flywheel.settings import Settings
 from processors.lake.dlq_erasure import DLQ_TOPICS, purge_dead_letters
 from processors.lake.erasure import ErasureReport, erase_user, erasure_event, user_keys
 from streams.topic_io import EventProducer
-
-ERASURES_TOPIC = "privacy.erasures"
+from streams.topics import ERASURES_TOPIC
 
 
 def erase_everywhere(

@@ -18,9 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from processors.lake.layout import LakeFile, scan_topic
-from processors.rewards.rollouts import GROUP_REWARD_FN
-from processors.rewards.served import USE_REWARD
+from contracts.advantages import GROUP_REWARD_FN, USE_REWARD_FN
+from contracts.lake_layout import LakeFile, scan_topic
 from streams.topics import COMPLETIONS_TOPIC, ROLLOUTS_TOPIC
 
 _REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_version", "reward",
@@ -47,7 +46,7 @@ class RowSource:
 
 
 TRIALS = RowSource("ROLLOUT", GROUP_REWARD_FN, ROLLOUTS_TOPIC, "rollout_id")
-SERVED = RowSource("COMPLETION", USE_REWARD.id, COMPLETIONS_TOPIC, "completion_id")
+SERVED = RowSource("COMPLETION", USE_REWARD_FN, COMPLETIONS_TOPIC, "completion_id")
 
 
 def _agent_rewards(

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from contracts.advantages import GROUP_REWARD_FN
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from learner.agent_eval import EvalResult, evaluate
 from learner.agent_gate import AgentGateConfig, decide
@@ -49,7 +50,6 @@ from learner.window_manifest import WindowRecord, read_manifest
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
-from processors.rewards.rollouts import GROUP_REWARD_FN
 from schemas.enums import Channel, ModelEventType
 from schemas.events import LakeOffsetRange, TrainingWindow
 from streams.serde import AvroCodec

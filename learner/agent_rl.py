@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from contracts.advantages import normalised_advantages
 from environments.base import Environment, Score, Task, score_all
 from learner.agent_windows import AgentRows, agent_rows
 from policies.agent_sampling import Completion, SamplingParams, sample
-from processors.rewards.rollouts import normalised_advantages
 
 
 def sample_scored(

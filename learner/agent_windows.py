@@ -44,6 +44,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from contracts.advantages import GROUP_REWARD_FN, served_advantages
+from contracts.lake_layout import LakeFile
 from learner.agent_lake_reads import SERVED, TRIALS, AgentLakeReads, RowSource, with_tokens
 from learner.errors import LearnerError
 from learner.lake_rows import max_ms, min_ms
@@ -62,8 +64,6 @@ from learner.window_manifest import (
     write_manifest,
 )
 from learner.windows import dataset_lock, lake_ref, pending_files, recover, window_name
-from processors.lake.layout import LakeFile
-from processors.rewards.rollouts import GROUP_REWARD_FN, normalised_advantages
 from streams.topics import REWARDS_TOPIC
 
 __all__ = ["SERVED", "TRIALS", "AgentLakeReads", "AgentRows", "RowSource", "TokenWindowConfig",
@@ -225,7 +225,7 @@ def build_agent_window(
             reward_topic=REWARDS_TOPIC,
         )  # fmt: skip
         table = joined.take(pa.array(admission.keep, pa.int64()))
-        table, unreacted = _served_advantages(table)
+        table, unreacted = served_advantages(table)
         flat = pc.equal(table.column("advantage"), 0.0)
         zero = pc.sum(flat).as_py() or 0
         table = table.filter(pc.invert(flat)) if zero else table
@@ -254,40 +254,6 @@ def build_agent_window(
         write_manifest(root, manifest.with_window(record))
         reads.consumed(ready, parts)
         return record
-
-
-def _served_advantages(table: pa.Table) -> tuple[pa.Table, int]:
-    """``table`` with each served row's advantage set against its baseline (the window's served
-    rows of the same model version, which are also its group) and the rows nobody reacted to
-    removed; and how many were removed."""
-    source = table.column("source").to_pylist()
-    served = [i for i, s in enumerate(source) if s == SERVED.reward_source]
-    if not served:
-        return table, 0
-    components = table.column("reward_components").to_pylist()
-    reacted = [i for i in served if components[i]]
-    reward = table.column("reward").to_pylist()
-    version = table.column("model_version").to_pylist()
-    advantage = table.column("advantage").to_pylist()
-    group = table.column("group_id").to_pylist()
-    by_version: dict[int, list[int]] = {}
-    for i in reacted:
-        by_version.setdefault(version[i], []).append(i)
-    for v, members in by_version.items():
-        values = normalised_advantages([reward[i] for i in members])
-        for i, a in zip(members, values, strict=True):
-            advantage[i], group[i] = a, f"served/v{v}"
-    table = table.set_column(
-        table.schema.get_field_index("advantage"), "advantage", pa.array(advantage, pa.float64())
-    )
-    table = table.set_column(
-        table.schema.get_field_index("group_id"), "group_id", pa.array(group, pa.string())
-    )
-    silent = set(served) - set(reacted)
-    if not silent:
-        return table, 0
-    keep = pa.array([i not in silent for i in range(table.num_rows)])
-    return table.filter(keep), len(silent)
 
 
 def _rows(table: pa.Table, config: TokenWindowConfig, pad_id: int) -> tuple[AgentRows, int]:

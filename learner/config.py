@@ -21,6 +21,7 @@ from learner.holdout import HoldoutSplit
 from learner.objective import ObjectiveConfig
 from learner.trainer import TrainerConfig
 from policies.gate_net import GateNetConfig
+from streams.topics import REWARDS_TOPIC
 
 DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.yaml"
 T = TypeVar("T")
@@ -30,7 +31,7 @@ T = TypeVar("T")
 class WindowsConfig:
     """learner.windows.build_window options."""
 
-    topic: str = "rewards"
+    topic: str = REWARDS_TOPIC
     rows_per_sample: int = 64
     compression: str | None = None
 

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from contracts.lake_layout import LakeFile
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
 from learner.samples import RewardRows
 from learner.window_manifest import WindowRecord
 from policies.context import CONTEXT_DIM
-from processors.lake.layout import LakeFile
 
 Enrich = Callable[[pa.Table], pa.Table]  # adds point-in-time feature columns to reward rows
 _BASE_COLUMNS = (

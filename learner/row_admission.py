@@ -18,7 +18,7 @@ outside [0, vocab)), ``invalid_logprob`` (NaN, infinite or above 0), ``invalid_s
 reproduced), ``invalid_reward`` (reward, or a trial's advantage, missing or not finite; a
 trial without its group).
 
-Why a file and not the ``dlq.<stage>`` topic of `processors.lake.dead_letters`: the learner
+Why a file and not the ``dlq.<stage>`` topic of `contracts.dead_letters`: the learner
 reads the lake, not Kafka, so it has no original bytes to put in the envelope's value (the
 record is still in the lake and the topic, at the coordinates each entry names), and a file
 written inside the window directory before its atomic rename appears exactly once with the

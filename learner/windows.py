@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from hashlib import sha256
 from pathlib import Path
 
+from contracts.lake_layout import LakeFile, scan_topic
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
 from learner.lake_rows import Enrich, held_out_mask, max_ms, min_ms, read_table, to_rows
@@ -42,9 +43,7 @@ from learner.window_manifest import (
     write_window_atomically,
 )
 from policies.context import CONTEXT_DIM, CONTEXT_SPEC
-from processors.lake.layout import LakeFile, scan_topic
-
-REWARDS_TOPIC = "rewards"
+from streams.topics import REWARDS_TOPIC
 
 
 def build_window(

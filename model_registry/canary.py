@@ -24,8 +24,7 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
-
-REWARDS_TOPIC = "rewards"
+from streams.topics import REWARDS_TOPIC
 
 
 class CanaryMonitor:

@@ -29,11 +29,14 @@ from schemas.records import new_event_id, now_ms
 from streams.errors import TopicIOError
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer, KeyedValue, default_producer_id, read_to_end
-from streams.topics import TopicSpec, topic
+from streams.topics import (
+    MODEL_ACKS_TOPIC,
+    MODEL_CHANNELS_TOPIC,
+    MODEL_VERSIONS_TOPIC,
+    TopicSpec,
+    topic,
+)
 
-VERSIONS_TOPIC = "models.versions"
-CHANNELS_TOPIC = "models.channels"
-ACKS_TOPIC = "models.acks"
 FALLBACK_VERSION = 0  # the simulator's heuristic policy; never registered
 NO_WINDOW = TrainingWindow(mds_dataset="", mds_windows=(), lake_ranges=())
 
@@ -53,9 +56,9 @@ class ModelTopics:
     topic they are written to.
     """
 
-    versions: str = VERSIONS_TOPIC
-    channels: str = CHANNELS_TOPIC
-    acks: str = ACKS_TOPIC
+    versions: str = MODEL_VERSIONS_TOPIC
+    channels: str = MODEL_CHANNELS_TOPIC
+    acks: str = MODEL_ACKS_TOPIC
 
     @classmethod
     def prefixed(cls, prefix: str) -> ModelTopics:
@@ -65,8 +68,8 @@ class ModelTopics:
     def specs(self) -> list[TopicSpec]:
         """The contract topics' declarations (partitions, cleanup, retention) under these names,
         to create them (`streams.admin.TopicAdmin.ensure`)."""
-        pairs = ((VERSIONS_TOPIC, self.versions), (CHANNELS_TOPIC, self.channels),
-                 (ACKS_TOPIC, self.acks))  # fmt: skip
+        pairs = ((MODEL_VERSIONS_TOPIC, self.versions), (MODEL_CHANNELS_TOPIC, self.channels),
+                 (MODEL_ACKS_TOPIC, self.acks))  # fmt: skip
         return [dataclasses.replace(topic(contract), name=name) for contract, name in pairs]
 
 
@@ -149,7 +152,7 @@ class ModelRegistry:
         for _, value in records:
             if value is None:
                 continue
-            event = ModelVersionEvent.from_record(self._codec.decode(VERSIONS_TOPIC, value))
+            event = ModelVersionEvent.from_record(self._codec.decode(MODEL_VERSIONS_TOPIC, value))
             if event.event_id not in seen:
                 seen.add(event.event_id)
                 events.append(event)
@@ -187,7 +190,7 @@ class ModelRegistry:
             if value is None:
                 pointers.pop(channel, None)  # tombstone: the channel was cleared
             else:
-                decoded = self._codec.decode(CHANNELS_TOPIC, value)
+                decoded = self._codec.decode(MODEL_CHANNELS_TOPIC, value)
                 pointers[channel] = ChannelPointer.from_record(decoded)
         return pointers
 
@@ -350,7 +353,7 @@ class ModelRegistry:
             ) from exc
 
     def _emit(self, event: ModelVersionEvent) -> None:
-        value = self._codec.encode_event(VERSIONS_TOPIC, event)
+        value = self._codec.encode_event(MODEL_VERSIONS_TOPIC, event)
         self._out.send(self.topics.versions, event.model_name, value)
 
     def _point(
@@ -365,7 +368,7 @@ class ModelRegistry:
             artifact_uri=event.artifact_uri,
             artifact_sha256=event.artifact_sha256,
         )
-        value = self._codec.encode_event(CHANNELS_TOPIC, pointer)
+        value = self._codec.encode_event(MODEL_CHANNELS_TOPIC, pointer)
         self._out.send(self.topics.channels, channel_key(event.model_name, channel), value)
         return pointer
 

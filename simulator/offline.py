@@ -19,17 +19,18 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from contracts.arrow_schema import arrow_schema
+from contracts.lake_layout import file_path, hour_of_ms
 from learner.errors import LearnerError
 from learner.objective import GateObjective
 from learner.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
-from processors.lake.arrow_schema import arrow_schema
-from processors.lake.layout import file_path, hour_of_ms
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import load_schema
 from schemas.events import SuggestionOffered
 from simulator import Fleet
 from simulator.ground_truth import BREAK_EVEN, OutcomeCode
+from streams.topics import REWARDS_TOPIC
 
 TAB_REWARD_FN = "tab@1"
 
@@ -166,7 +167,7 @@ def write_reward_lake(
     first_offset: int = 0,
     model_name: str = "suggestion-gate",
     reward_fn: str = TAB_REWARD_FN,
-    topic: str = "rewards",
+    topic: str = REWARDS_TOPIC,
     user_ids: Sequence[str | None] | None = None,
     languages: Sequence[str | None] | None = None,
 ) -> Path:

@@ -36,16 +36,25 @@ from streams.errors import EventValidationError
 from streams.privacy import Pseudonymizer, apply_privacy
 from streams.serde import AvroCodec
 from streams.spool import Spool, SpooledEvent
+from streams.topics import (
+    COMPLETIONS_TOPIC,
+    EDITS_TOPIC,
+    FEEDBACK_TOPIC,
+    OUTCOMES_TOPIC,
+    ROLLOUTS_TOPIC,
+    SUGGESTIONS_TOPIC,
+    TESTS_TOPIC,
+)
 
 # Event type -> (topic, key field). Only what IDE clients and agents emit goes through the SDK.
 ROUTES: Mapping[type[Event], tuple[str, str]] = {
-    SuggestionOffered: ("telemetry.suggestions", "session_id"),
-    SuggestionOutcome: ("telemetry.outcomes", "session_id"),
-    EditObserved: ("telemetry.edits", "session_id"),
-    TestRunCompleted: ("telemetry.tests", "session_id"),
-    RolloutResult: ("rollouts.results", "group_id"),
-    AgentCompletion: ("agent.completions", "session_id"),  # serving replicas
-    AgentFeedback: ("agent.feedback", "session_id"),
+    SuggestionOffered: (SUGGESTIONS_TOPIC, "session_id"),
+    SuggestionOutcome: (OUTCOMES_TOPIC, "session_id"),
+    EditObserved: (EDITS_TOPIC, "session_id"),
+    TestRunCompleted: (TESTS_TOPIC, "session_id"),
+    RolloutResult: (ROLLOUTS_TOPIC, "group_id"),
+    AgentCompletion: (COMPLETIONS_TOPIC, "session_id"),  # serving replicas
+    AgentFeedback: (FEEDBACK_TOPIC, "session_id"),
 }
 
 # The topics the SDK writes to.

@@ -49,11 +49,15 @@ def dlq_topic(stage: str) -> str:
 
 
 # The IDE telemetry topics (co-partitioned by session_id), each with its value schema.
+SUGGESTIONS_TOPIC = "telemetry.suggestions"
+OUTCOMES_TOPIC = "telemetry.outcomes"
+EDITS_TOPIC = "telemetry.edits"
+TESTS_TOPIC = "telemetry.tests"
 _TELEMETRY_VALUES = {
-    "telemetry.suggestions": "SuggestionOffered",
-    "telemetry.outcomes": "SuggestionOutcome",
-    "telemetry.edits": "EditObserved",
-    "telemetry.tests": "TestRunCompleted",
+    SUGGESTIONS_TOPIC: "SuggestionOffered",
+    OUTCOMES_TOPIC: "SuggestionOutcome",
+    EDITS_TOPIC: "EditObserved",
+    TESTS_TOPIC: "TestRunCompleted",
 }
 TELEMETRY_TOPICS: tuple[str, ...] = tuple(_TELEMETRY_VALUES)
 ROLLOUTS_TOPIC = "rollouts.results"
@@ -63,6 +67,11 @@ AGENT_TASKS_TOPIC = "agent.tasks"
 COMPLETIONS_TOPIC = "agent.completions"
 FEEDBACK_TOPIC = "agent.feedback"
 REWARDS_TOPIC = "rewards"
+FEATURE_UPDATES_TOPIC = "features.updates"
+MODEL_VERSIONS_TOPIC = "models.versions"
+MODEL_CHANNELS_TOPIC = "models.channels"
+MODEL_ACKS_TOPIC = "models.acks"
+ERASURES_TOPIC = "privacy.erasures"
 
 TOPICS: tuple[TopicSpec, ...] = (
     *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
@@ -75,18 +84,18 @@ TOPICS: tuple[TopicSpec, ...] = (
         retention_ms=30 * DAY_MS,
     ),
     TopicSpec(
-        "features.updates", "entity_type:entity_id:feature:window", "FeatureUpdate",
+        FEATURE_UPDATES_TOPIC, "entity_type:entity_id:feature:window", "FeatureUpdate",
         TELEMETRY_PARTITIONS, cleanup_policy="compact", retention_ms=None,
     ),
-    TopicSpec("models.versions", "model_name", "ModelVersionEvent", 1, retention_ms=FOREVER),
+    TopicSpec(MODEL_VERSIONS_TOPIC, "model_name", "ModelVersionEvent", 1, retention_ms=FOREVER),
     TopicSpec(
-        "models.channels", "model_name:channel", "ChannelPointer", 1,
+        MODEL_CHANNELS_TOPIC, "model_name:channel", "ChannelPointer", 1,
         cleanup_policy="compact", retention_ms=None,
     ),
-    TopicSpec("models.acks", "replica_id", "ReplicaAck", 1),
+    TopicSpec(MODEL_ACKS_TOPIC, "replica_id", "ReplicaAck", 1),
     # Not in DESIGN §3: erasures, compacted so a replaying consumer always sees every erased user.
     TopicSpec(
-        "privacy.erasures", "user_id", "ErasureRecorded", 1,
+        ERASURES_TOPIC, "user_id", "ErasureRecorded", 1,
         cleanup_policy="compact", retention_ms=None,
     ),
     *(

@@ -34,6 +34,7 @@ from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
+from streams.topics import FEATURE_UPDATES_TOPIC, dlq_topic
 
 DEFAULT_PORT = 8090
 _features_file = click.option(
@@ -67,8 +68,8 @@ def _processor_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Topics to read, each as itself or as a declared source (a copy of rewards: "
             "mine=rewards). Default: the declared sources.",
         ),
-        click.option("--updates-topic", default="features.updates", show_default=True),
-        click.option("--dlq-topic", default="dlq.features", show_default=True),
+        click.option("--updates-topic", default=FEATURE_UPDATES_TOPIC, show_default=True),
+        click.option("--dlq-topic", default=dlq_topic("features"), show_default=True),
         click.option(
             "--history",
             default="1h",
@@ -305,7 +306,7 @@ def _processor(
     try:
         feature_set = load_features(features_file)
         codec = make_codec(settings)
-        codec.register("features.updates")  # fails fast, naming the fix, if the registry is down
+        codec.register(FEATURE_UPDATES_TOPIC)  # fails fast, naming the fix, if the registry is down
         store = OnlineFeatureStore(feature_set, history_ms=history_ms)
         return FeatureProcessor(
             settings.kafka_client_config(),

@@ -7,11 +7,13 @@ import time
 
 import click
 
+from contracts.advantages import DEFAULT_GROUP_SIZE
 from flywheel.console import err, out
 from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC
 
 DEFAULT_MODEL = "agent-lm"
 
@@ -27,7 +29,7 @@ DEFAULT_MODEL = "agent-lm"
 )
 @click.option(
     "--group-size",
-    default=8,
+    default=DEFAULT_GROUP_SIZE,
     show_default=True,
     type=click.IntRange(1, 256),
     help="Parallel trials per task (a task event's group_size wins when set).",
@@ -49,8 +51,8 @@ DEFAULT_MODEL = "agent-lm"
 )
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
 @click.option("--max-new-tokens", default=24, show_default=True, type=click.IntRange(1, 4096))
-@click.option("--tasks-topic", default="agent.tasks", show_default=True)
-@click.option("--rollouts-topic", default="rollouts.results", show_default=True)
+@click.option("--tasks-topic", default=AGENT_TASKS_TOPIC, show_default=True)
+@click.option("--rollouts-topic", default=ROLLOUTS_TOPIC, show_default=True)
 @click.option(
     "--group",
     default="flywheel.rollouts",

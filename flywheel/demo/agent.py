@@ -24,14 +24,15 @@ from pathlib import Path
 
 import duckdb
 
+from contracts.advantages import DEFAULT_GROUP_SIZE
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
 from learner.agent_windows import TRIALS, RowSource
 from learner.loop import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import DECIDED, VersionState
 from schemas.enums import ModelEventType
+from streams.topics import REWARDS_TOPIC
 
-GROUP_SIZE = 8  # the joiner's default group size: groups complete on their last trial
 USERS_RATE_PER_S = 1.0  # agent users' requests: a share of the CPU the rollout workers also need
 # The rollout worker, the serving replica and the learner run torch side by side; each with a
 # thread per core oversubscribes the cores, and OpenMP threads waiting on each other then
@@ -55,9 +56,10 @@ def warm_up_spec(model_name: str) -> WorkerSpec:
 def agent_specs(model_name: str, versions: int, run_id: str, port: int) -> list[WorkerSpec]:
     """The rollout worker, a serving replica and its users, and the RL learner, started once
     the warm-up has registered v1."""
+    # The joiner's group size, so that groups complete on their last trial (not by timeout).
     rollouts = [
         "rollouts", "--model", model_name, "--from-pool", "program-synthesis",
-        "--group-size", str(GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
+        "--group-size", str(DEFAULT_GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
         "--status-every-s", "15",
     ]  # fmt: skip
     serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port), "--no-auth",
@@ -83,7 +85,7 @@ def online_rewards(
 ) -> dict[int, tuple[float, int]]:
     """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` (sandbox trials,
     or completions served to users) in the lake."""
-    files = sorted(str(p) for p in (lake / "rewards").rglob("*.parquet"))
+    files = sorted(str(p) for p in (lake / REWARDS_TOPIC).rglob("*.parquet"))
     if not files:
         return {}
     with duckdb.connect() as con:

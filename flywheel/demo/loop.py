@@ -48,7 +48,7 @@ from streams.client import CLIENT_TOPICS
 from streams.errors import DecodeError
 from streams.lag import LagProbe, start_group_at_end
 from streams.serde import AvroCodec
-from streams.topics import ROLLOUTS_TOPIC, TELEMETRY_TOPICS
+from streams.topics import REWARDS_TOPIC, ROLLOUTS_TOPIC, SUGGESTIONS_TOPIC, TELEMETRY_TOPICS
 
 SINK_GROUP = "flywheel.lake-sink"
 JOINER_INPUTS = (*TELEMETRY_TOPICS, ROLLOUTS_TOPIC)
@@ -201,7 +201,7 @@ class Demo:
 
     def _fleet(self) -> Fleet:
         s = self.settings
-        newest = newest_event_time(s.kafka_client_config(), codec(s), "telemetry.suggestions")
+        newest = newest_event_time(s.kafka_client_config(), codec(s), SUGGESTIONS_TOPIC)
         start = fleet_start_time(newest, datetime.now(UTC), FLEET_START_MARGIN)
         config = config_with_overrides(
             load_config(self.options.config_path),
@@ -284,7 +284,7 @@ class Demo:
             s.kafka_client_config(),
             codec(s),
             store,
-            topics={"rewards": "rewards"},
+            topics={REWARDS_TOPIC: REWARDS_TOPIC},
             producer_name=f"demo-{self.options.run_id}/features",
         )
         thread = threading.Thread(

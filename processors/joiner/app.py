@@ -18,6 +18,7 @@ from faust.serializers import codecs
 from faust.types import TP
 from faust.types.auth import CredentialsT
 
+from contracts.dead_letters import DeadLetter
 from processors.joiner.config import JoinerConfig
 from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, offset_key
@@ -26,7 +27,6 @@ from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.state import entry_partition
 from processors.joiner.stats import JoinerStats
 from processors.joiner.transport import use_broker_highwaters
-from processors.lake.dead_letters import DeadLetter
 from processors.rewards.attribution import Windows
 from processors.rewards.functions import RewardFunction
 from processors.rewards.joins import CompletionJoin

@@ -1,4 +1,4 @@
-"""Dead letters of the joiner, in the lake sink's format (`processors.lake.dead_letters`).
+"""Dead letters of the joiner, in the lake sink's format (`contracts.dead_letters`).
 
 Undecodable records go to `dlq.joiner` with the decoder's cause; events later than the allowed
 lateness go to `dlq.late` with cause `late` and the reason as `flywheel.error`, and the events of
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.lake.dead_letters import DeadLetter, Origin, dead_letter
-from processors.lake.errors import RecordRejected
+from contracts.dead_letters import DeadLetter, Origin, dead_letter
+from contracts.errors import RecordRejected
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema
 
 STAGE = "joiner"

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from contracts.dead_letters import DeadLetter, Origin, dead_letter
+from contracts.errors import RecordRejected
 from processors.joiner.dead_letters import (
     ORPHAN,
     STAGE,
@@ -48,8 +50,6 @@ from processors.joiner.dead_letters import (
 from processors.joiner.holes import DEFAULT_HOLE_ACCEPT_S, OffsetHoles
 from processors.joiner.state import MARK, Batch, ChangelogState, DictState, StoredSuggestion
 from processors.joiner.stats import JoinerStats
-from processors.lake.dead_letters import DeadLetter, Origin, dead_letter
-from processors.lake.errors import RecordRejected
 from processors.rewards.attribution import (
     PendingSuggestion,
     Watermark,
@@ -66,6 +66,7 @@ from schemas.events import EVENT_TYPES, Event, Reward
 from schemas.records import encode_time
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
+from streams.topics import REWARDS_TOPIC
 
 # Outputs name the source record they derive from: the adapter writes them in the Kafka
 # transaction of that record's partition (processors/joiner/outbox.py).
@@ -496,7 +497,7 @@ class RewardJoiner:
     async def _emit(self, rec: SourceRecord, session_id: str, pending: Any) -> None:
         for reward in self._join.rewards(pending, self._clock(), self._out.producer):
             await self._out.emit(
-                rec, session_id.encode(), self._codec.encode("rewards", _rec(reward))
+                rec, session_id.encode(), self._codec.encode(REWARDS_TOPIC, _rec(reward))
             )
             self._stats.rewards += 1
 

@@ -45,6 +45,7 @@ from schemas.events import RolloutResult
 from schemas.records import encode_time
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
+from streams.topics import REWARDS_TOPIC
 
 
 def clock_key(partition: int) -> str:
@@ -233,7 +234,7 @@ class RolloutGrouper:
             doc = _document(batch.get(gid))
             results = [RolloutResult.from_record(r) for r in doc["r"]] if doc else []
             for reward in group_advantages(results, self._clock(), self._out.producer):
-                value = self._codec.encode("rewards", reward.to_record())
+                value = self._codec.encode(REWARDS_TOPIC, reward.to_record())
                 await self._out.emit(rec, gid.encode(), value)
                 self._stats.rewards += 1
             self._stats.groups += 1

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from processors.lake.arrow_schema import arrow_schema
+from contracts.arrow_schema import arrow_schema
 from processors.lake.errors import LakeError
 
 Row = tuple[Any, ...]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from processors.lake.errors import RecordRejected
+from contracts.errors import RecordRejected
 from processors.lake.validation import RecordValidator
 from streams.errors import DecodeError
 

@@ -33,15 +33,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from contracts.lake_layout import scan_topic
 from processors.lake.errors import ErasureError
-from processors.lake.layout import scan_topic
 from processors.lake.writer import write_parquet_atomically
 from schemas.events import ErasureRecorded
+from streams.topics import (
+    EDITS_TOPIC,
+    FEATURE_UPDATES_TOPIC,
+    OUTCOMES_TOPIC,
+    REWARDS_TOPIC,
+    SUGGESTIONS_TOPIC,
+    TESTS_TOPIC,
+)
 
 ENTITY_ID_SEPARATOR = "@"  # feature_store.semantics: composite entity ids join keys with it
 USER_TOPICS = (
-    "telemetry.suggestions", "rewards", "telemetry.outcomes", "telemetry.edits",
-    "telemetry.tests", "features.updates",
+    SUGGESTIONS_TOPIC, REWARDS_TOPIC, OUTCOMES_TOPIC, EDITS_TOPIC, TESTS_TOPIC,
+    FEATURE_UPDATES_TOPIC,
 )  # fmt: skip
 
 
@@ -77,7 +85,7 @@ def user_keys(lake: Path, user_id: str) -> UserKeys:
     """The user's suggestion and session ids, from `telemetry.suggestions` in the lake."""
     suggestions: set[str] = set()
     sessions: set[str] = set()
-    for path in lake_files(lake, "telemetry.suggestions"):
+    for path in lake_files(lake, SUGGESTIONS_TOPIC):
         table = pq.read_table(path, columns=["user_id", "suggestion_id", "session_id"])
         mine = table.filter(pc.equal(table["user_id"], user_id))
         suggestions.update(mine["suggestion_id"].to_pylist())
@@ -95,12 +103,12 @@ def user_rows(topic: str, table: pa.Table, keys: UserKeys) -> pa.ChunkedArray | 
         if column in names and values:
             masks.append(pc.is_in(table[column], value_set=pa.array(sorted(values), pa.string())))
 
-    any_of("user_id", {keys.user_id} if topic in ("telemetry.suggestions", "rewards") else set())
-    if topic != "telemetry.suggestions" and topic != "features.updates":
+    any_of("user_id", {keys.user_id} if topic in (SUGGESTIONS_TOPIC, REWARDS_TOPIC) else set())
+    if topic != SUGGESTIONS_TOPIC and topic != FEATURE_UPDATES_TOPIC:
         any_of("session_id", keys.session_ids)
-        key = "source_id" if topic == "rewards" else "suggestion_id"
+        key = "source_id" if topic == REWARDS_TOPIC else "suggestion_id"
         any_of(key, keys.suggestion_ids)
-    if topic == "features.updates" and "entity_id" in names:
+    if topic == FEATURE_UPDATES_TOPIC and "entity_id" in names:
         masks.append(_entity_has_user(table["entity_id"], keys.user_id))
     mask: pa.ChunkedArray | pa.Array = pa.array([False] * table.num_rows, pa.bool_())
     for m in masks:

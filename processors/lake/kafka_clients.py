@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, Message, Producer
 
-from processors.lake.dead_letters import DeadLetter
+from contracts.dead_letters import DeadLetter
+from contracts.lake_layout import hour_of_ms
 from processors.lake.errors import DeadLetterError
-from processors.lake.layout import hour_of_ms
 
 QUEUE_KBYTES = 16 * 1024  # librdkafka's local queue: bounds the memory dead letters can hold
 HEADER_ROOM_BYTES = 64 * 1024

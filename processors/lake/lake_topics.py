@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from contracts.dead_letters import CODE_TEXT_FIELD
 from processors.lake.columns import LakeColumns
-from processors.lake.dead_letters import CODE_TEXT_FIELD
 from processors.lake.decoding import Decoder, RecordDecoder
 from processors.lake.errors import SinkConfigError
 from processors.lake.validation import RecordValidator

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from processors.lake.layout import scan_topic
+from contracts.lake_layout import scan_topic
 
 TopicPartition = tuple[str, int]
 

@@ -33,6 +33,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from contracts.dead_letters import Origin, dead_letter
+from contracts.errors import RecordRejected
+from contracts.lake_layout import SECONDS_PER_HOUR, file_path
 from processors.lake.buffers import (
     MEMORY_PER_WIRE_BYTE,
     ROW_OVERHEAD_BYTES,
@@ -40,12 +43,10 @@ from processors.lake.buffers import (
     PartitionBuffer,
     RotationLimits,
 )
-from processors.lake.dead_letters import Origin, dead_letter
 from processors.lake.decoding import DEFAULT_MAX_RECORD_BYTES, Decoder
-from processors.lake.errors import LakeError, RecordRejected
+from processors.lake.errors import LakeError
 from processors.lake.kafka_clients import DeadLetterProducer, consumer_config, message_hour
 from processors.lake.lake_topics import lake_topics
-from processors.lake.layout import SECONDS_PER_HOUR, file_path
 from processors.lake.resume import prepare_partitions
 from processors.lake.status import SinkStatus, consumer_lag
 from processors.lake.writer import write_parquet_atomically

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from contracts.lake_layout import temp_path
 from ground.durable import fsync_dir
-from processors.lake.layout import temp_path
 
 COMPRESSION = "zstd"
 # One row group per file at the default rotation (50k rows); bigger files get 128k-row groups,

@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from contracts.advantages import DEFAULT_GROUP_SIZE, GROUP_REWARD_FN, normalised_advantages
 from processors.rewards.attribution import check_aware, reward_id
 from processors.rewards.errors import RewardError
 from schemas.enums import RewardSource
 from schemas.events import Reward, RolloutResult
 from schemas.records import encode_time
-
-GROUP_REWARD_FN = "grpo@1"
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class GroupPolicy:
     """When a rollout group is complete: ``expected_size`` distinct trials have arrived, or the
     oldest is ``timeout_ms`` old (event time). Raises :class:`RewardError` for values < 1."""
 
-    expected_size: int = 8
+    expected_size: int = DEFAULT_GROUP_SIZE
     timeout_ms: int = 120_000
 
     def __post_init__(self) -> None:
@@ -75,16 +74,6 @@ def _distinct(results: Sequence[RolloutResult]) -> list[RolloutResult]:
         if kept is None or (r.event_time, r.event_id) < (kept.event_time, kept.event_id):
             chosen[r.rollout_id] = r
     return list(chosen.values())
-
-
-def normalised_advantages(values: Sequence[float], eps: float = 1e-6) -> list[float]:
-    """(v - mean) / (population std + eps) within one group; all 0.0 when the values are equal
-    or there is one (the learner's in-process studies use the joiner's formula through this)."""
-    if len(values) < 2 or min(values) == max(values):
-        return [0.0] * len(values)  # no spread: nothing to prefer, and no 0/eps blow-up
-    mean = math.fsum(values) / len(values)
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
-    return [(v - mean) / (std + eps) for v in values]
 
 
 def group_advantages(

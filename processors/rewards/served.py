@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+from contracts.advantages import USE_REWARD_FN
 from processors.rewards.attribution import check_aware, check_windows, reward_id
 from processors.rewards.errors import RewardError
 from schemas.enums import AgentReaction, RewardSource
@@ -130,7 +131,7 @@ class UseReward:
     """``agent_use@1``: the clipped sum of :data:`REACTION_WEIGHTS` over the reaction kinds seen
     (each once). Components: one per reaction kind seen (its weight)."""
 
-    id: str = "agent_use@1"
+    id: str = USE_REWARD_FN
 
     def score(self, reactions: Sequence[AgentFeedback]) -> tuple[float, dict[str, float]]:
         kinds = dict.fromkeys(f.reaction for f in reactions)

@@ -9,8 +9,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from contracts.lake_layout import file_path, hour_of
 from processors.lake.columns import LakeColumns
-from processors.lake.layout import file_path, hour_of
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import Event

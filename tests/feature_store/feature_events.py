@@ -11,9 +11,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from contracts.lake_layout import file_path, hour_of_ms
 from feature_store.semantics import from_epoch_ms
 from processors.lake.columns import LakeColumns
-from processors.lake.layout import file_path, hour_of_ms
 from schemas.catalog import load_schema
 from schemas.enums import Decision, RewardSource
 from schemas.events import Reward

@@ -27,7 +27,6 @@ from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import (
-    ACKS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
@@ -39,7 +38,7 @@ from schemas.events import AgentTask, ReplicaAck
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer, read_to_end
-from streams.topics import TopicSpec
+from streams.topics import MODEL_ACKS_TOPIC, TopicSpec
 from tests.processors.joiner.test_joiner_worker import Topics, Worker, read
 from tests.processors.lake.lake_harness import lake_rows
 
@@ -80,7 +79,9 @@ class Agent:
 
     def acks(self) -> list[ReplicaAck]:
         records = read_to_end(self.stack.kafka_client_config(), self.model_topics.acks, keep=bool)
-        return [ReplicaAck.from_record(self.codec.decode(ACKS_TOPIC, v)) for _, v in records if v]
+        return [
+            ReplicaAck.from_record(self.codec.decode(MODEL_ACKS_TOPIC, v)) for _, v in records if v
+        ]
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
 from model_registry.artifacts import ArtifactRef, publish_artifact
 from model_registry.registry import (
-    ACKS_TOPIC,
     ModelRegistry,
     ModelTopics,
 )
@@ -25,6 +24,7 @@ from schemas.events import ReplicaAck
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topic_io import read_to_end
+from streams.topics import MODEL_ACKS_TOPIC
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ class Fleet:
     def acks(self) -> list[ReplicaAck]:
         records = read_to_end(self.stack.kafka_client_config(), self.topics.acks, keep=bool)
         return [
-            ReplicaAck.from_record(self.codec.decode(ACKS_TOPIC, value))
+            ReplicaAck.from_record(self.codec.decode(MODEL_ACKS_TOPIC, value))
             for _, value in records
             if value is not None
         ]

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from contracts.lake_layout import file_path, hour_of_ms
 from processors.lake.columns import LakeColumns
-from processors.lake.layout import file_path, hour_of_ms
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import load_schema
 from schemas.records import AvroRecord, encode_time

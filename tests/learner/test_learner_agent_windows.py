@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from contracts.advantages import GROUP_REWARD_FN
 from learner.agent_windows import (
     AgentLakeReads,
     TokenWindowConfig,
@@ -21,7 +22,7 @@ from learner.agent_windows import (
 )
 from learner.row_admission import DEAD_LETTERS_NAME
 from learner.window_manifest import read_manifest
-from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
+from processors.rewards.rollouts import group_advantages
 from processors.rewards.served import (
     FeedbackWindows,
     PendingCompletion,

@@ -289,7 +289,7 @@ def test_window_contents_equal_a_row_by_row_reference_and_the_pinned_shards(
 def test_a_file_mixing_reward_functions_is_filtered_row_by_row(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from processors.lake.layout import file_path
+    from contracts.lake_layout import file_path
 
     lake, mds, scratch = tmp_path / "lake", tmp_path / "mds", tmp_path / "scratch"
     ours, theirs = _rows(120, 31), _rows(80, 32)

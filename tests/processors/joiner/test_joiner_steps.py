@@ -10,11 +10,11 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from contracts.dead_letters import DeadLetter
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, watermark_key
 from processors.joiner.rollouts import RolloutGrouper
 from processors.joiner.state import DictState
 from processors.joiner.stats import JoinerStats
-from processors.lake.dead_letters import DeadLetter
 from processors.rewards.attribution import PendingSuggestion, Windows, reward_id
 from processors.rewards.functions import reward_functions
 from processors.rewards.rollouts import GroupPolicy

@@ -12,8 +12,8 @@ import duckdb
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from analytics.topic_views import parquet_sql
+from contracts.lake_layout import range_problems, scan_topic
 from flywheel.settings import Settings
-from processors.lake.layout import range_problems, scan_topic
 
 # make_topics(*suffixes) -> the created topics' names (the conftest fixture)
 MakeTopics = Callable[..., list[str]]

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from contracts.lake_layout import parse_file_name
 from flywheel.settings import Settings
-from processors.lake.layout import parse_file_name
 from streams.serde import AvroCodec
 from tests.processors.lake.lake_harness import (
     MakeTopics,

@@ -9,8 +9,8 @@ from typing import Any
 import fastavro
 import pytest
 
+from contracts.errors import RecordRejected
 from processors.lake.decoding import CAUSES, RecordDecoder
-from processors.lake.errors import RecordRejected
 from processors.lake.validation import RecordValidator
 from schemas.catalog import load_schema, parsed_schema
 from streams.errors import DecodeError

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.lake_layout import range_problems, scan_topic
 from processors.lake.erasure import (
     USER_TOPICS,
     erase_user,
@@ -19,7 +20,6 @@ from processors.lake.erasure import (
     user_keys,
     user_rows,
 )
-from processors.lake.layout import range_problems, scan_topic
 from schemas.enums import Outcome, RewardSource
 from schemas.events import (
     EditObserved,

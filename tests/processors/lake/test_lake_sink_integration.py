@@ -14,9 +14,9 @@ import fastavro
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.lake_layout import scan_topic
 from flywheel.settings import Settings
 from processors.lake import LakeSink, RotationLimits
-from processors.lake.layout import scan_topic
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema
 from schemas.enums import ReplicaState
 from schemas.events import Event, ReplicaAck

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from processors.lake.errors import UnsupportedSchemaError
+from contracts.errors import UnsupportedSchemaError
 
 KAFKA_COLUMNS: tuple[pa.Field, ...] = (
     pa.field("_topic", pa.string(), nullable=False),

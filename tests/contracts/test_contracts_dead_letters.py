@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from processors.lake.dead_letters import DeadLetter, Origin, dead_letter, withhold_reason
-from processors.lake.errors import RecordRejected
+from contracts.dead_letters import DeadLetter, Origin, dead_letter, withhold_reason
+from contracts.errors import RecordRejected
 
 ORIGIN = Origin("telemetry.outcomes", 2, 1234, b"session-1", b"\x00\x00\x00\x00\x01body")
 CODE = "def handler():\n    return compute()\n"

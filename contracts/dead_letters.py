@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from processors.lake.errors import RecordRejected
+from contracts.errors import RecordRejected
 from streams.redaction import redact_secrets
 
 CODE_TEXT_FIELD = "suggestion_text"

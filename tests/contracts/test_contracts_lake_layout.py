@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from processors.lake.errors import LakeLayoutError
-from processors.lake.layout import (
+from contracts.errors import LakeLayoutError
+from contracts.lake_layout import (
     LakeFile,
     file_name,
     file_path,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from processors.lake.errors import LakeLayoutError
+from contracts.errors import LakeLayoutError
 
 SUFFIX = ".parquet"
 TEMP_SUFFIX = ".tmp"
