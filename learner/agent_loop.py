@@ -36,15 +36,15 @@ from learner.agent_eval import EvalResult, evaluate
 from learner.agent_gate import AgentGateConfig, decide
 from learner.agent_sft import SFT_TRAINING, EvalConfig
 from learner.agent_windows import AgentLakeReads, TokenWindowConfig, build_agent_window
-from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import CanaryConfig, StreamsConfig, load_config
+from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import Trainer, TrainerConfig
 from learner.errors import LearnerError
 from learner.grpo import GRPOConfig, GRPOTask
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
-from learner.loader import WindowStream
 from learner.loop import WINDOW_LAST_EVENT_METRIC, LearnerPaths
 from learner.replay import plan_streams
-from learner.trainer import Trainer, TrainerConfig
 from learner.window_manifest import WindowRecord, read_manifest
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.registry import ModelRegistry

@@ -3,7 +3,7 @@ from supervised training on correct solutions, before any RL (DESIGN §12).
 
 Read top to bottom: a corpus of (prompt, reference solution) pairs from the environment's
 training tasks → a byte-level BPE tokenizer trained on it → one MDS token window → the training
-engine (`learner.trainer.Trainer`: checkpoints, autoresume, microbatching) with next-token
+engine (`learner.engine.trainer.Trainer`: checkpoints, autoresume, microbatching) with next-token
 cross-entropy on the solution tokens → a Hugging Face checkpoint → the eval suite's greedy pass@1
 on held-out tasks (the baseline every later version is gated against) → an artifact registered
 and promoted to production, its pass@1 in the event's metrics.
@@ -26,13 +26,13 @@ from transformers import PreTrainedModel
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
 from learner.agent_eval import EvalResult, evaluate
-from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import load_config
+from learner.engine.causal_lm import CausalLMTask
+from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.lm_objective import CausalLMTask
-from learner.loader import WindowStream
 from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
-from learner.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (

@@ -15,11 +15,11 @@ from typing import Any, TypeVar
 
 import yaml
 
+from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.gate import GateConfig
 from learner.holdout import HoldoutSplit
 from learner.objective import ObjectiveConfig
-from learner.trainer import TrainerConfig
 from policies.gate_net import GateNetConfig
 
 DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.yaml"

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from learner.engine.causal_lm import next_token_logprobs
 from learner.errors import LearnerError
-from learner.lm_objective import next_token_logprobs
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ class ObjectiveConfig:
 
 class GateObjective:
     """Doubly-robust off-policy objective of the suggestion gate; implements
-    learner.microbatch.TrainingTask.
+    learner.engine.microbatch.TrainingTask.
 
     Batches are :func:`learner.samples.collate_rows` output: ``features``, ``shown``,
     ``propensity``, ``reward``. ``model`` is a :class:`GatePolicyNet`, possibly wrapped (DDP):

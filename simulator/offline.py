@@ -4,7 +4,7 @@ These run the learning loop without Kafka: the simulator's fleet serves a policy
 truth gives each request's ``tab@1`` reward (+0.75 accepted or partial, -0.25 rejected or
 ignored, 0 suppressed: exactly what processors.rewards computes), and the offered events give
 the logged context, decision and propensity. Tests, benches and the demo's dry runs use them;
-the production path is lake → :mod:`learner.windows` → learner.trainer.
+the production path is lake → :mod:`learner.windows` → learner.engine.trainer.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Objectives of the agent LM over token windows (`learner.token_windows`): supervised
 next-token cross-entropy on the target tokens (the warm-up before RL).
 
-Each implements `learner.microbatch.TrainingTask`: ``loss`` returns (summed loss over the
+Each implements `learner.engine.microbatch.TrainingTask`: ``loss`` returns (summed loss over the
 microbatch's target tokens, number of target tokens), so the trainer's step divides by the
 global batch's *tokens*: its ``tok`` durations count real trained tokens.
 """

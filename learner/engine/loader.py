@@ -20,7 +20,7 @@ another. Notes on streaming 0.13 that shape this module:
   and each worker re-imports streaming (several seconds).
 
 Windows that fit in memory skip all of that: ``loader="auto"`` (the default) reads them once
-into a `learner.memory_loader.MemoryLoader` with the same mixing, order-independence of the
+into a `learner.engine.memory_loader.MemoryLoader` with the same mixing, order-independence of the
 world size and resume position; ``"streaming"`` forces the StreamingDataLoader.
 """
 
@@ -38,9 +38,9 @@ import numpy as np
 import streaming
 import torch
 
-from learner.durations import Progress
+from learner.engine.durations import Progress
+from learner.engine.memory_loader import MemoryLoader, require_mds
 from learner.errors import TrainingDataError
-from learner.memory_loader import MemoryLoader, require_mds
 
 LoaderKind = Literal["auto", "memory", "streaming"]
 MEMORY_LOADER_MAX_BYTES = 1 << 30  # "auto" holds windows of up to 1 GiB of shards in memory

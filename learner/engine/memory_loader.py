@@ -114,7 +114,7 @@ class MemoryLoader:
 
     def __init__(
         self,
-        windows: Sequence[Any],  # learner.loader.WindowStream
+        windows: Sequence[Any],  # learner.engine.loader.WindowStream
         rank_batch_size: int,
         seed: int,
         rank: int = 0,

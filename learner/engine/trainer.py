@@ -25,8 +25,8 @@ from typing import Any, Literal, get_args
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from learner.checkpoints import CheckpointRef, CheckpointStore, find_resume_checkpoint
-from learner.distributed import (
+from learner.engine.checkpoints import CheckpointRef, CheckpointStore, find_resume_checkpoint
+from learner.engine.distributed import (
     DevicePreference,
     DistributedContext,
     all_reduce_gradients,
@@ -36,9 +36,8 @@ from learner.distributed import (
     setup_distributed,
     teardown_distributed,
 )
-from learner.durations import Duration, Progress
-from learner.errors import MicrobatchError, TrainerConfigError
-from learner.loader import (
+from learner.engine.durations import Duration, Progress
+from learner.engine.loader import (
     LoaderKind,
     WindowStream,
     build_loader,
@@ -47,7 +46,7 @@ from learner.loader import (
     release_loader,
     samples_of,
 )
-from learner.microbatch import (
+from learner.engine.microbatch import (
     Collate,
     TrainingTask,
     accumulate,
@@ -55,6 +54,7 @@ from learner.microbatch import (
     release_memory,
     split_samples,
 )
+from learner.errors import MicrobatchError, TrainerConfigError
 
 __all__ = ["FitResult", "StepReport", "Trainer", "TrainerConfig", "TrainingTask"]
 
@@ -74,8 +74,8 @@ class TrainerConfig:
     rank's whole share and halve on out-of-memory). ``init_from``: a ``torch.save``d model
     state_dict for a warm start, ignored when ``save_dir`` already has a checkpoint.
     ``save_dir`` is required to train (TrainerConfigError otherwise). ``loader``: 'auto' holds
-    windows of up to 1 GiB in memory (`learner.memory_loader`), larger ones stream; 'memory' or
-    'streaming' forces one.
+    windows of up to 1 GiB in memory (`learner.engine.memory_loader`), larger ones stream;
+    'memory' or 'streaming' forces one.
     """
 
     save_dir: Path | None = None

@@ -39,7 +39,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ground.durable import fsync_dir
-from learner.distributed import DistributedContext, barrier, broadcast_text
+from learner.engine.distributed import DistributedContext, barrier, broadcast_text
 from learner.errors import CheckpointError
 
 MARKER_NAME = "COMPLETE.json"
