@@ -37,6 +37,8 @@ from learner.agent_gate import AgentGateConfig, decide
 from learner.agent_sft import SFT_TRAINING, EvalConfig
 from learner.agent_windows import AgentLakeReads, TokenWindowConfig, build_agent_window
 from learner.config import CanaryConfig, StreamsConfig, load_config
+from learner.data.replay import plan_streams
+from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import Trainer, TrainerConfig
@@ -44,8 +46,6 @@ from learner.errors import LearnerError
 from learner.grpo import GRPOConfig, GRPOTask
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
 from learner.loop import WINDOW_LAST_EVENT_METRIC, LearnerPaths
-from learner.replay import plan_streams
-from learner.window_manifest import WindowRecord, read_manifest
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint

@@ -27,12 +27,12 @@ from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
 from learner.agent_eval import EvalResult, evaluate
 from learner.config import load_config
+from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.engine.causal_lm import CausalLMTask
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (

@@ -45,23 +45,23 @@ import pyarrow.compute as pc
 import torch
 
 from learner.agent_lake_reads import SERVED, TRIALS, AgentLakeReads, RowSource, with_tokens
-from learner.errors import LearnerError
-from learner.lake_rows import max_ms, min_ms
-from learner.row_admission import DEAD_LETTERS_NAME, admit_rows, dead_letters_jsonl
-from learner.token_windows import (
+from learner.data.lake_rows import max_ms, min_ms
+from learner.data.token_windows import (
     TokenRows,
     TokenSampleSpec,
     pack_sequences,
     token_arrays,
     write_token_window,
 )
-from learner.window_manifest import (
+from learner.data.window_manifest import (
     WINDOW_RECORD_NAME,
     WindowRecord,
     record_json,
     write_manifest,
 )
-from learner.windows import dataset_lock, lake_ref, pending_files, recover, window_name
+from learner.data.windows import dataset_lock, lake_ref, pending_files, recover, window_name
+from learner.errors import LearnerError
+from learner.row_admission import DEAD_LETTERS_NAME, admit_rows, dead_letters_jsonl
 from processors.lake.layout import LakeFile
 from processors.rewards.rollouts import GROUP_REWARD_FN, normalised_advantages
 from streams.topics import REWARDS_TOPIC

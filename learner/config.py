@@ -37,7 +37,7 @@ class WindowsConfig:
 
 @dataclass(frozen=True)
 class StreamsConfig:
-    """learner.windows.plan_streams options: the new windows and the replay mix."""
+    """learner.data.replay.plan_streams options: the new windows and the replay mix."""
 
     replay_fraction: float = 0.3
     max_replay_windows: int = 8

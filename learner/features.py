@@ -45,7 +45,7 @@ from feature_store import (
 from learner.errors import LearnerError
 from policies.policy import RequestBatch
 
-Enrich = Callable[[pa.Table], pa.Table]  # learner.windows.Enrich
+Enrich = Callable[[pa.Table], pa.Table]  # learner.lake_rows.Enrich
 LEAKAGE_GUARD_MS = 1  # features of a decision at t are read at t - 1 ms (module docstring)
 # Entity types a RequestBatch can key: its user ids and languages (not repos, whose ids it lacks).
 SERVABLE_ENTITIES = ("user", "user_language")

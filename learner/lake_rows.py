@@ -16,10 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from learner.data.lake_rows import epoch_ms
+from learner.data.window_manifest import WindowRecord
 from learner.errors import LearnerError
 from learner.holdout import HoldoutSplit
 from learner.samples import RewardRows
-from learner.window_manifest import WindowRecord
 from policies.context import CONTEXT_DIM
 from processors.lake.layout import LakeFile
 
@@ -123,28 +124,6 @@ def read_table(
     return table, skipped
 
 
-def _epoch_ms(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Epoch milliseconds of a timestamp column of any unit (DuckDB returns microseconds)."""
-    return pc.cast(pc.cast(column, pa.timestamp("ms", tz="UTC")), pa.int64())
-
-
-def max_ms(table: pa.Table, column: str) -> int | None:
-    """Largest timestamp of ``column`` in epoch ms (None for an empty table)."""
-    return _bound_ms(table, column, pc.max)
-
-
-def min_ms(table: pa.Table, column: str) -> int | None:
-    """Smallest timestamp of ``column`` in epoch ms (None for an empty table)."""
-    return _bound_ms(table, column, pc.min)
-
-
-def _bound_ms(table: pa.Table, column: str, bound: Callable[..., pa.Scalar]) -> int | None:
-    if table.num_rows == 0:
-        return None
-    value = bound(_epoch_ms(table.column(column))).as_py()
-    return None if value is None else int(value)
-
-
 def held_out_mask(table: pa.Table) -> np.ndarray:
     """(n,) bool: the ``held_out_mask`` column of a table read by :func:`read_table`."""
     return np.asarray(table.column("held_out_mask").to_numpy(zero_copy_only=False), dtype=bool)
@@ -189,7 +168,7 @@ def to_rows(
             ) from error
     flat = pc.list_flatten(contexts).to_numpy(zero_copy_only=False)
     shown = pc.equal(table.column("decision"), "SHOWN").to_numpy(zero_copy_only=False)
-    event_time = _epoch_ms(table.column("event_time")).to_numpy(zero_copy_only=False)
+    event_time = epoch_ms(table.column("event_time")).to_numpy(zero_copy_only=False)
     m = n if keep is None else int(np.count_nonzero(keep))
     return RewardRows(
         source_id=column("source_id", np.object_) if ids else np.empty(m, dtype=object),

@@ -26,6 +26,8 @@ import pyarrow as pa
 import torch
 
 from learner.config import LearnerConfig
+from learner.data.replay import plan_streams
+from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import Trainer
@@ -35,9 +37,7 @@ from learner.gate import GatePolicy, OffPolicyGate
 from learner.lake_rows import Enrich, load_rows
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
 from learner.objective import GateObjective, fit_reward_model
-from learner.replay import plan_streams
 from learner.samples import RewardRows, collate_rows
-from learner.window_manifest import WindowRecord, read_manifest
 from learner.windows import build_window
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.canary import user_baselines

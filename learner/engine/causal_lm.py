@@ -1,4 +1,4 @@
-"""Objectives of the agent LM over token windows (`learner.token_windows`): supervised
+"""Objectives of the agent LM over token windows (`learner.data.token_windows`): supervised
 next-token cross-entropy on the target tokens (the warm-up before RL).
 
 Each implements `learner.engine.microbatch.TrainingTask`: ``loss`` returns (summed loss over the

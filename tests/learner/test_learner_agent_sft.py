@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, CorpusConfig, EvalConfig, run_sft
+from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.engine.causal_lm import CausalLMTask, attention_mask, next_token_logprobs
 from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
-from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from policies.agent_lm import AgentModelConfig, load_checkpoint
 
 

@@ -19,8 +19,8 @@ from learner.agent_windows import (
     build_agent_window,
     group_number,
 )
+from learner.data.window_manifest import read_manifest
 from learner.row_admission import DEAD_LETTERS_NAME
-from learner.window_manifest import read_manifest
 from processors.rewards.rollouts import GROUP_REWARD_FN, group_advantages
 from processors.rewards.served import (
     FeedbackWindows,

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from learner.data.window_manifest import write_window_atomically
 from learner.errors import LearnerError
-from learner.window_manifest import write_window_atomically
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.errors import LearnerError
-from learner.window_manifest import WindowRecord, read_manifest
 
 
 @dataclass(frozen=True)
