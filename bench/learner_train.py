@@ -30,8 +30,8 @@ import torch
 
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import StepReport, Trainer, TrainerConfig
-from learner.objective import GateObjective, fit_reward_model
-from learner.samples import RewardRows, SampleSpec, collate_rows, rows_to_batch
+from learner.recipes.gate.objective import GateObjective, fit_reward_model
+from learner.recipes.gate.samples import RewardRows, SampleSpec, collate_rows, rows_to_batch
 from policies.context import CONTEXT_DIM
 from policies.gate_net import GatePolicyNet
 

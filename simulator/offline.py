@@ -4,7 +4,7 @@ These run the learning loop without Kafka: the simulator's fleet serves a policy
 truth gives each request's ``tab@1`` reward (+0.75 accepted or partial, -0.25 rejected or
 ignored, 0 suppressed: exactly what processors.rewards computes), and the offered events give
 the logged context, decision and propensity. Tests, benches and the demo's dry runs use them;
-the production path is lake → :mod:`learner.windows` → learner.engine.trainer.
+the production path is lake → :mod:`learner.recipes.gate.windows` → learner.engine.trainer.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pyarrow as pa
 import torch
 
 from learner.errors import LearnerError
-from learner.objective import GateObjective
-from learner.samples import RewardRows, rows_to_batch
+from learner.recipes.gate.objective import GateObjective
+from learner.recipes.gate.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
 from processors.lake.arrow_schema import arrow_schema
 from processors.lake.layout import file_path, hour_of_ms

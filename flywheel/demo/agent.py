@@ -26,8 +26,8 @@ import duckdb
 
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
-from learner.agent_windows import TRIALS, RowSource
 from learner.loop import WINDOW_LAST_EVENT_METRIC
+from learner.recipes.agent_rl.windows import TRIALS, RowSource
 from model_registry.registry import DECIDED, VersionState
 from schemas.enums import ModelEventType
 

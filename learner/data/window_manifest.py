@@ -66,16 +66,16 @@ class WindowRecord:
     max_event_time_ms: int | None = None
     created_at: str = ""
     max_attributed_ms: int | None = None  # newest reward in the window (processor clock)
-    # Token windows (learner.agent_windows): Rewards whose tokens never reached the lake, rows
-    # without signal (advantage 0), completion tokens the window trains, and its rows that are
+    # Token windows (learner.recipes.agent_rl.windows): Rewards whose tokens never reached the lake,
+    # rows without signal (advantage 0), completion tokens the window trains, and its rows that are
     # completions served to users (the rest are sandbox trials).
     expired_rows: int = 0
     zero_advantage_rows: int = 0
     trained_tokens: int = 0
     served_rows: int = 0
-    # learner.row_admission: rows trained with the start of their prompt cut to fit; rows left
-    # out because the completion alone does not fit, or because they were decoded greedily;
-    # malformed rows, by cause (each in the window's dead_letters.jsonl).
+    # learner.recipes.agent_rl.row_admission: rows trained with the start of their prompt cut to
+    # fit; rows left out because the completion alone does not fit, or because they were decoded
+    # greedily; malformed rows, by cause (each in the window's dead_letters.jsonl).
     cut_rows: int = 0
     overlong_rows: int = 0
     greedy_rows: int = 0

@@ -66,8 +66,8 @@ class TrainerConfig:
     """What to train for and where to keep checkpoints. Durations accept strings ('500ba').
 
     This is also the ``train`` section of a recipe's config file, so its defaults are the gate
-    recipe's (``learner/configs/default.yaml`` spells them out). ``save_dir`` and ``init_from``
-    are a run's, not a recipe's: the continuous loop sets them for each version.
+    recipe's (``learner/recipes/gate/configs/default.yaml`` spells them out). ``save_dir`` and
+    ``init_from`` are a run's, not a recipe's: the continuous loop sets them for each version.
 
     ``batch_size``: samples per optimizer step, global (divisible by the world size).
     ``microbatch_size``: samples per forward/backward on one rank, or 'auto' (start at the

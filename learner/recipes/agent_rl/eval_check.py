@@ -1,6 +1,6 @@
 """The agent's gate: a candidate against production on the eval suite, paired per task.
 
-Both versions decode the same held-out tasks greedily (`learner.agent_eval`), so each task gives
+Both versions decode the same held-out tasks greedily (`learner.eval_suite`), so each task gives
 one paired difference of pass (-1, 0, +1) and of reward. The gate passes a candidate to the
 canary only when
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learner.agent_eval import EvalResult
 from learner.errors import LearnerError
+from learner.eval_suite import EvalResult
 from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, mean_lower
 
 

@@ -25,7 +25,6 @@ from transformers import PreTrainedModel
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
-from learner.agent_eval import EvalResult, evaluate
 from learner.config import load_config
 from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.engine.causal_lm import CausalLMTask
@@ -33,6 +32,7 @@ from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
+from learner.eval_suite import EvalResult, evaluate
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -43,7 +43,7 @@ from policies.agent_lm import (
     train_tokenizer,
 )
 
-DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "agent" / "sft.yaml"
+DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "sft.yaml"
 SFT_REWARD_FN = "sft@1"  # the first version learns from references, not from a reward
 
 
@@ -89,7 +89,7 @@ SFT_TRAINING = TrainerConfig(
 
 @dataclass(frozen=True)
 class AgentSFTConfig:
-    """Every section of ``learner/configs/agent/sft.yaml``."""
+    """Every section of ``learner/recipes/agent_sft/configs/sft.yaml``."""
 
     model_name: str = "agent-lm"
     environment: str = PROGRAM_SYNTHESIS

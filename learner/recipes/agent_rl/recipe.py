@@ -1,16 +1,17 @@
 """`flywheel learn --recipe agent`: the agent LM's continuous RL learner (DESIGN §12).
 
     wait for rewarded trials (sandbox rollouts, and completions served to users) in the lake
-      → token windows (learner.agent_windows; the mix: windows.served_weight)
+      → token windows (learner.recipes.agent_rl.windows; the mix: windows.served_weight)
       → GRPO on them, warm-started from production (checkpoints, autoresume, microbatches)
-      → the eval suite: candidate vs production, paired, on held-out tasks (learner.agent_gate)
+      → the eval suite: candidate vs production, paired, on held-out tasks
+        (learner.recipes.agent_rl.eval_check)
       → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
         workers' tasks, decided on the online trial reward → PROMOTED or ROLLED_BACK → repeat
 
 Trials sampled by a version more than ``loop.max_staleness`` promotions behind production, or by
 one that was never production (a refused or rolled-back canary), weigh 0 (counted). No row of
 the lake stops the learner: the windows cut, leave out or dead-letter it, counted in each
-version's metrics and in the learner's stats (`learner.row_admission`).
+version's metrics and in the learner's stats (`learner.recipes.agent_rl.row_admission`).
 
 Restartable like the gate's loop: windows are converted once, a run resumes from its newest
 complete checkpoint (its save directory is named after its newest window), a version a crash
@@ -32,10 +33,6 @@ import numpy as np
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.agent_eval import EvalResult, evaluate
-from learner.agent_gate import AgentGateConfig, decide
-from learner.agent_sft import SFT_TRAINING, EvalConfig
-from learner.agent_windows import AgentLakeReads, TokenWindowConfig, build_agent_window
 from learner.config import CanaryConfig, StreamsConfig, load_config
 from learner.data.replay import plan_streams
 from learner.data.window_manifest import WindowRecord, read_manifest
@@ -43,9 +40,13 @@ from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.grpo import GRPOConfig, GRPOTask
+from learner.eval_suite import EvalResult, evaluate
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
 from learner.loop import WINDOW_LAST_EVENT_METRIC, LearnerPaths
+from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
+from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
+from learner.recipes.agent_rl.windows import AgentLakeReads, TokenWindowConfig, build_agent_window
+from learner.recipes.agent_sft.recipe import SFT_TRAINING, EvalConfig
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
@@ -55,7 +56,7 @@ from schemas.events import LakeOffsetRange, TrainingWindow
 from streams.serde import AvroCodec
 from streams.topics import REWARDS_TOPIC
 
-DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "agent" / "rl.yaml"
+DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "rl.yaml"
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ AGENT_CANARY = CanaryConfig(
 
 @dataclass(frozen=True)
 class AgentRLConfig:
-    """Every section of ``learner/configs/agent/rl.yaml``."""
+    """Every section of ``learner/recipes/agent_rl/configs/rl.yaml``."""
 
     model_name: str = "agent-lm"
     environment: str = PROGRAM_SYNTHESIS

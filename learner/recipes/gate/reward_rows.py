@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 from learner.data.lake_rows import epoch_ms
 from learner.data.window_manifest import WindowRecord
 from learner.errors import LearnerError
-from learner.holdout import HoldoutSplit
-from learner.samples import RewardRows
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.samples import RewardRows
 from policies.context import CONTEXT_DIM
 from processors.lake.layout import LakeFile
 

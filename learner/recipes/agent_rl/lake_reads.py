@@ -3,8 +3,8 @@ train it, and the tokens of those Rewards (``rollouts.results`` by rollout id,
 ``agent.completions`` by completion id), each lake file read once per process
 (:class:`AgentLakeReads`). Each row keeps the Kafka coordinates it was read at (``_partition``,
 ``_offset`` of a Reward; ``token_partition``, ``token_offset`` of its tokens) for the dead
-letters of `learner.row_admission`. A column a lake file lacks (written before the schema had
-it) reads as null.
+letters of `learner.recipes.agent_rl.row_admission`. A column a lake file lacks (written before
+the schema had it) reads as null.
 """
 
 from __future__ import annotations

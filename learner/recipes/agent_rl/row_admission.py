@@ -7,7 +7,7 @@ The learner never stops on data: every row of a Reward file ends in exactly one 
 * **overlong** — the completion alone does not fit a row (serving allows prompt + max_tokens up
   to the model's context, rollouts up to 4,096 new tokens): left out, counted;
 * **greedy** — served at temperature 0 (greedy decoding, speculative edits): not a sample of any
-  distribution the learner can compare with (`learner.grpo`), left out, counted;
+  distribution the learner can compare with (`learner.recipes.agent_rl.grpo`), left out, counted;
 * **dead letter** — malformed (a ``cause`` below): left out, counted, and recorded with its
   cause and its Kafka coordinates in the window's ``dead_letters.jsonl``.
 

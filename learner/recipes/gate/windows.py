@@ -4,9 +4,10 @@
 the crash safety and the one-writer lock of :mod:`learner.data.windows` (temp directory, rename,
 then the manifest; adoption of a renamed window on the next start).
 
-Held-out rows (:class:`~learner.holdout.HoldoutSplit` of ``source_id``) never reach MDS: they are
-the gate's data, read back from the lake with :func:`learner.lake_rows.load_rows`. Which windows
-a training run mixes is :mod:`learner.data.replay`'s.
+Held-out rows (:class:`~learner.recipes.gate.holdout.HoldoutSplit` of ``source_id``) never reach
+MDS: they are the gate's data, read back from the lake with
+:func:`learner.recipes.gate.reward_rows.load_rows`. Which windows a training run mixes is
+:mod:`learner.data.replay`'s.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from learner.data.window_manifest import (
     write_window_atomically,
 )
 from learner.data.windows import dataset_lock, lake_ref, pending_files, recover, window_name
-from learner.holdout import HoldoutSplit
-from learner.lake_rows import Enrich, held_out_mask, read_table, to_rows
-from learner.samples import RewardRows, SampleSpec
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.reward_rows import Enrich, held_out_mask, read_table, to_rows
+from learner.recipes.gate.samples import RewardRows, SampleSpec
 from policies.context import CONTEXT_DIM, CONTEXT_SPEC
 from streams.topics import REWARDS_TOPIC
 

@@ -4,8 +4,8 @@ One list of declared features (``LearnerConfig.features``, e.g. ``user.accept_ra
 computed two ways from the same declarations (docs/features.md):
 
 * **offline**, for training and gating: :func:`point_in_time_enrich` is the ``enrich`` hook of
-  ``learner.windows.build_window`` / ``load_rows``; each reward row gets the features' values
-  from the lake at its decision time minus ``lag_ms`` (``historical_features``);
+  ``learner.recipes.gate.windows.build_window`` / ``load_rows``; each reward row gets the
+  features' values from the lake at its decision time minus ``lag_ms`` (``historical_features``);
 * **online**, for serving: :class:`OnlineFeatureProvider` gives a ``ServingPolicy`` the same
   columns for a ``RequestBatch`` from an ``OnlineFeatureStore`` fed by the feature processor.
 
@@ -45,7 +45,7 @@ from feature_store import (
 from learner.errors import LearnerError
 from policies.policy import RequestBatch
 
-Enrich = Callable[[pa.Table], pa.Table]  # learner.lake_rows.Enrich
+Enrich = Callable[[pa.Table], pa.Table]  # learner.recipes.gate.reward_rows.Enrich
 LEAKAGE_GUARD_MS = 1  # features of a decision at t are read at t - 1 ms (module docstring)
 # Entity types a RequestBatch can key: its user ids and languages (not repos, whose ids it lacks).
 SERVABLE_ENTITIES = ("user", "user_language")

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from learner.errors import LearnerError
-from learner.samples import RewardRows
+from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GatePolicyNet
 
 
@@ -139,7 +139,7 @@ class GateObjective:
     """Doubly-robust off-policy objective of the suggestion gate; implements
     learner.engine.microbatch.TrainingTask.
 
-    Batches are :func:`learner.samples.collate_rows` output: ``features``, ``shown``,
+    Batches are :func:`learner.recipes.gate.samples.collate_rows` output: ``features``, ``shown``,
     ``propensity``, ``reward``. ``model`` is a :class:`GatePolicyNet`, possibly wrapped (DDP):
     its forward gives logits and ``.module`` or itself carries the config (floor).
     """

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from environments.base import Environment, Score, Task, score_all
-from learner.agent_windows import AgentRows, agent_rows
+from learner.recipes.agent_rl.windows import AgentRows, agent_rows
 from policies.agent_sampling import Completion, SamplingParams, sample
 from processors.rewards.rollouts import normalised_advantages
 

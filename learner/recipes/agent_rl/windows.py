@@ -24,11 +24,11 @@ privacy mode, which have no tokens) are expired (counted in ``expired_rows``) an
 converted. Rows with advantage 0 — every trial of a flat group, singletons, unreacted
 completions — carry no policy gradient and stay out (``zero_advantage_rows``).
 
-No row stops a window (`learner.row_admission`): a prompt too long for ``seq_len`` loses its
-start (``cut_rows``), a completion that alone does not fit stays out (``overlong_rows``), a
-greedy row stays out (``greedy_rows``), a malformed one is a dead letter (``dead_letters`` by
-cause, and the window's ``dead_letters.jsonl``). Each row keeps its sampling ``temperature``
-and ``top_p``, so that the objective recomputes the behaviour distribution exactly.
+No row stops a window (`learner.recipes.agent_rl.row_admission`): a prompt too long for
+``seq_len`` loses its start (``cut_rows``), a completion that alone does not fit stays out
+(``overlong_rows``), a greedy row stays out (``greedy_rows``), a malformed one is a dead letter
+(``dead_letters`` by cause, and the window's ``dead_letters.jsonl``). Each row keeps its sampling
+``temperature`` and ``top_p``, so that the objective recomputes the behaviour distribution exactly.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from learner.agent_lake_reads import SERVED, TRIALS, AgentLakeReads, RowSource, with_tokens
 from learner.data.lake_rows import max_ms, min_ms
 from learner.data.token_windows import (
     TokenRows,
@@ -61,7 +60,14 @@ from learner.data.window_manifest import (
 )
 from learner.data.windows import dataset_lock, lake_ref, pending_files, recover, window_name
 from learner.errors import LearnerError
-from learner.row_admission import DEAD_LETTERS_NAME, admit_rows, dead_letters_jsonl
+from learner.recipes.agent_rl.lake_reads import (
+    SERVED,
+    TRIALS,
+    AgentLakeReads,
+    RowSource,
+    with_tokens,
+)
+from learner.recipes.agent_rl.row_admission import DEAD_LETTERS_NAME, admit_rows, dead_letters_jsonl
 from processors.lake.layout import LakeFile
 from processors.rewards.rollouts import GROUP_REWARD_FN, normalised_advantages
 from streams.topics import REWARDS_TOPIC
@@ -70,7 +76,8 @@ __all__ = ["SERVED", "TRIALS", "AgentLakeReads", "AgentRows", "RowSource", "Toke
            "agent_rows", "build_agent_window", "group_number"]  # fmt: skip
 
 AGENT_ROW_SPEC = "agent-tokens@1"  # the windows' WindowRecord.context_spec
-# What `learner.row_admission` judges: a Reward's fields, its tokens', their coordinates.
+# What `learner.recipes.agent_rl.row_admission` judges: a Reward's fields, its tokens', their
+# coordinates.
 _ADMISSION_COLUMNS = ["source", "source_id", "reward", "advantage", "group_id", "_partition",
                       "_offset", "prompt_token_ids", "completion_token_ids", "behaviour_logprobs",
                       "temperature", "top_p", "token_partition", "token_offset"]  # fmt: skip
@@ -110,7 +117,8 @@ class AgentRows:
         }  # fmt: skip
 
     def batch(self, keep: np.ndarray | None = None) -> dict[str, torch.Tensor]:
-        """The rows (or those ``keep`` selects) as the tensors `learner.grpo.GRPOTask` reads."""
+        """The rows (or those ``keep`` selects) as the tensors
+        `learner.recipes.agent_rl.grpo.GRPOTask` reads."""
         rows = slice(None) if keep is None else keep
         return {name: torch.from_numpy(a[rows]) for name, a in self.arrays().items()}
 
@@ -132,7 +140,7 @@ def agent_rows(
 ) -> AgentRows:
     """Pack trials (prompt and completion ids, the completion's behaviour log-probs sampled at
     ``temperature`` and ``top_p``) as rows; LearnerError for a completion that does not fit
-    ``seq_len`` (`learner.row_admission` keeps those out of a window)."""
+    ``seq_len`` (`learner.recipes.agent_rl.row_admission` keeps those out of a window)."""
     tokens = pack_sequences(prompts, completions, seq_len, pad_id)
     behaviour = np.zeros(tokens.input_ids.shape, dtype=np.float32)
     for row, values in enumerate(logprobs):
