@@ -56,8 +56,8 @@ COPY learner ./learner
 COPY fleet ./fleet
 COPY simulator ./simulator
 COPY flywheel ./flywheel
-# Editable (-e): the packages are imported from /opt/flywheel, so every file under them ships,
-# including YAML that pyproject's package-data globs miss (learner/configs/agent/*.yaml).
+# Editable (-e): the packages are imported from /opt/flywheel, so every file under them ships
+# (the recipes' YAML under learner/recipes/*/configs/ included).
 RUN uv pip install --system --no-cache --no-deps -e .
 
 USER flywheel:flywheel

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from learner.agent_windows import AgentRows
-from learner.grpo import GRPOConfig, GRPOTask
-from learner.loader import WindowStream
-from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
-from learner.trainer import StepReport, Trainer, TrainerConfig
+from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import StepReport, Trainer, TrainerConfig
+from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
+from learner.recipes.agent_rl.windows import AgentRows
 from policies.agent_lm import AgentModelConfig, build_model, parameter_count, train_tokenizer
 
 SEQ_LEN = 128

@@ -5,9 +5,9 @@ eval suite's greedy pass@1 before and after (the same held-out tasks).
         --group 8 --lr 3e-4] [--flip]   # --flip: advantages negated (a planted bad candidate)
 
 Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temperature), score them
-in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat
-groups, and take one optimizer step of the GRPO objective (learner.grpo) on the trials' tokens
-with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
+in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat groups,
+and take one optimizer step of the GRPO objective (learner.recipes.agent_rl.grpo) on the trials'
+tokens with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
 after, the gate's paired decision and the wall time.
 """
 
@@ -25,10 +25,10 @@ from contracts.advantages import normalised_advantages
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
 from environments.program_synthesis import ProgramSynthesis
-from learner.agent_eval import EvalResult, evaluate
-from learner.agent_gate import AgentGateConfig, decide
-from learner.agent_rl import collect_trials
-from learner.grpo import GRPOConfig, GRPOTask, TrialFilter
+from learner.eval_suite import EvalResult, evaluate
+from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
+from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter
+from learner.recipes.agent_rl.trials import collect_trials
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
 

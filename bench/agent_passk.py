@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.agent_eval import GREEDY_BATCH, evaluate
-from learner.agent_rl import sample_scored
+from learner.eval_suite import GREEDY_BATCH, evaluate
+from learner.recipes.agent_rl.trials import sample_scored
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
 

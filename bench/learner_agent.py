@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.agent_rl import collect_trials
-from learner.agent_windows import AgentRows
-from learner.grpo import GRPOConfig, GRPOTask
-from learner.loader import WindowStream
-from learner.token_windows import TokenSampleSpec, write_token_window
-from learner.trainer import StepReport, Trainer, TrainerConfig
+from learner.data.token_windows import TokenSampleSpec, write_token_window
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import StepReport, Trainer, TrainerConfig
+from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
+from learner.recipes.agent_rl.trials import collect_trials
+from learner.recipes.agent_rl.windows import AgentRows
 from policies.agent_lm import AgentModelConfig, build_model, load_checkpoint, train_tokenizer
 from policies.agent_sampling import SamplingParams
 

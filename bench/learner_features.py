@@ -23,12 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from feature_store import OnlineFeatureStore, load_features
-from learner.features import OnlineFeatureProvider, feature_columns, point_in_time_enrich
 from learner.gate import GateConfig, GatePolicy, OffPolicyGate
-from learner.holdout import HoldoutSplit
-from learner.lake_rows import load_rows
-from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.samples import RewardRows
+from learner.recipes.gate.features import (
+    OnlineFeatureProvider,
+    feature_columns,
+    point_in_time_enrich,
+)
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
+from learner.recipes.gate.reward_rows import load_rows
+from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy
 from schemas.events import Event, SuggestionOffered

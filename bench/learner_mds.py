@@ -37,10 +37,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learner.gate import GateConfig, OffPolicyGate
-from learner.holdout import HoldoutSplit
-from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.samples import RewardRows, SampleSpec
-from learner.windows import build_window
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
+from learner.recipes.gate.samples import RewardRows, SampleSpec
+from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy
 from simulator import (
     Fleet,

@@ -4,7 +4,7 @@ The gate's own pieces on both sides: `GatePolicyNet`, the doubly-robust `GateObj
 reward model fitted once), reward rows packed as the learner packs them (`SampleSpec`,
 ``--rows`` per sample) and collated by `collate_rows`; same optimizer, rows per step and steps.
 The baseline indexes shuffled in-memory tensors. The Trainer runs twice, once with each loader:
-``memory`` (the default for windows that fit, `learner.memory_loader`) and ``streaming``
+``memory`` (the default for windows that fit, `learner.engine.memory_loader`) and ``streaming``
 (`streaming.StreamingDataLoader`); it splits microbatches, reduces gradients and writes one
 final checkpoint.
 
@@ -28,10 +28,10 @@ import numpy as np
 import streaming
 import torch
 
-from learner.loader import WindowStream
-from learner.objective import GateObjective, fit_reward_model
-from learner.samples import RewardRows, SampleSpec, collate_rows, rows_to_batch
-from learner.trainer import StepReport, Trainer, TrainerConfig
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import StepReport, Trainer, TrainerConfig
+from learner.recipes.gate.objective import GateObjective, fit_reward_model
+from learner.recipes.gate.samples import RewardRows, SampleSpec, collate_rows, rows_to_batch
 from policies.context import CONTEXT_DIM
 from policies.gate_net import GatePolicyNet
 

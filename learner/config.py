@@ -1,6 +1,6 @@
 """The learner's recipe configuration: one YAML file, one typed section per stage.
 
-``learner/configs/default.yaml`` holds every key with its default; a file passed with
+``learner/recipes/gate/configs/default.yaml`` holds every key with its default; a file passed with
 ``flywheel learn --config`` may set any subset. Unknown keys and wrong values are errors that
 name the key, so a typo never silently falls back to a default.
 """
@@ -15,21 +15,21 @@ from typing import Any, TypeVar
 
 import yaml
 
+from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.gate import GateConfig
-from learner.holdout import HoldoutSplit
-from learner.objective import ObjectiveConfig
-from learner.trainer import TrainerConfig
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.objective import ObjectiveConfig
 from policies.gate_net import GateNetConfig
 from streams.topics import REWARDS_TOPIC
 
-DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.yaml"
+DEFAULT_CONFIG_PATH = Path(__file__).parent / "recipes" / "gate" / "configs" / "default.yaml"
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class WindowsConfig:
-    """learner.windows.build_window options."""
+    """learner.recipes.gate.windows.build_window options."""
 
     topic: str = REWARDS_TOPIC
     rows_per_sample: int = 64
@@ -38,7 +38,7 @@ class WindowsConfig:
 
 @dataclass(frozen=True)
 class StreamsConfig:
-    """learner.windows.plan_streams options: the new windows and the replay mix."""
+    """learner.data.replay.plan_streams options: the new windows and the replay mix."""
 
     replay_fraction: float = 0.3
     max_replay_windows: int = 8
@@ -79,15 +79,16 @@ class LearnerConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
-    # Declared feature-store features (docs/features.md) appended to the policy input, offline
-    # point in time and online at serving (learner.features); empty: the context vector only.
+    # Declared feature-store features (docs/features.md) appended to the policy input, offline point
+    # in time and online at serving (learner.recipes.gate.features); empty: the context vector only.
     features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.features, str) or not isinstance(self.features, (list, tuple)):
             raise LearnerError(f"features must be a list of feature names, got {self.features!r}.")
         if self.features:
-            from learner.features import validate_feature_names  # loads the declarations
+            # loads the declarations
+            from learner.recipes.gate.features import validate_feature_names
 
             object.__setattr__(self, "features", validate_feature_names(self.features))
         else:

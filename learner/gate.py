@@ -24,9 +24,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from learner.errors import LearnerError
-from learner.objective import RewardModel, fit_reward_model
 from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, PairedComparison, compare
-from learner.samples import RewardRows
+from learner.recipes.gate.objective import RewardModel, fit_reward_model
+from learner.recipes.gate.samples import RewardRows
 from policies.context import INDEX
 from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger

@@ -31,8 +31,8 @@ class LearnerStats:
 
     train_rows: int = 0  # rows trained on, over all versions
     decisions: Counter[str] = field(default_factory=Counter)  # ModelEventType name -> count
-    # Token windows (learner.row_admission): rows cut / overlong / greedy, and dead-lettered
-    # rows by cause.
+    # Token windows (learner.recipes.agent_rl.row_admission): rows cut / overlong / greedy, and
+    # dead-lettered rows by cause.
     window_rows: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
 

@@ -25,20 +25,20 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from learner.checkpoints import find_resume_checkpoint, load_model_state
 from learner.config import LearnerConfig
+from learner.data.replay import plan_streams
+from learner.data.window_manifest import WindowRecord, read_manifest
+from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import Trainer
 from learner.errors import LearnerError
-from learner.features import feature_columns, point_in_time_enrich
 from learner.gate import GatePolicy, OffPolicyGate
-from learner.lake_rows import Enrich, load_rows
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
-from learner.loader import WindowStream
-from learner.objective import GateObjective, fit_reward_model
-from learner.replay import plan_streams
-from learner.samples import RewardRows, collate_rows
-from learner.trainer import Trainer
-from learner.window_manifest import WindowRecord, read_manifest
-from learner.windows import build_window
+from learner.recipes.gate.features import feature_columns, point_in_time_enrich
+from learner.recipes.gate.objective import GateObjective, fit_reward_model
+from learner.recipes.gate.reward_rows import Enrich, load_rows
+from learner.recipes.gate.samples import RewardRows, collate_rows
+from learner.recipes.gate.windows import build_window
 from model_registry.artifacts import publish_artifact, verify_artifact
 from model_registry.canary import user_baselines
 from model_registry.registry import ModelRegistry

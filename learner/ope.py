@@ -3,8 +3,8 @@
 Notation (all arrays (n,), one entry per logged decision): ``shown`` the logged action,
 ``propensity`` μ(logged action | x) > 0, ``reward`` r, ``pi_show`` the target policy's
 P(show | x) (with its exploration floor already applied), ``q_show`` / ``q_suppress`` a reward
-model's q̂(x, ·) (learner.objective.RewardModel; for tab@1 q̂(show) = 0.75 p̂ - 0.25 (1 - p̂) and
-q̂(suppress) = 0). Importance weight w = π(a|x) / μ(a|x).
+model's q̂(x, ·) (learner.recipes.gate.objective.RewardModel; for tab@1
+q̂(show) = 0.75 p̂ - 0.25 (1 - p̂) and q̂(suppress) = 0). Importance weight w = π(a|x) / μ(a|x).
 
 * IPS  = mean(w r): unbiased when μ > 0 wherever π > 0.
 * SNIPS = Σ w r / Σ w: biased but invariant to scaling w, lower variance.

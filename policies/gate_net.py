@@ -38,9 +38,9 @@ DEFAULT_FLOOR = 0.05
 
 
 class FeatureProvider(Protocol):
-    """Serving-time values of a policy's extra columns (``learner.features`` has the online
-    feature-store one): the columns it yields, and the (n, len(columns)) float32 matrix of them
-    for a batch of requests, as of now."""
+    """Serving-time values of a policy's extra columns (``learner.recipes.gate.features`` has the
+    online feature-store one): the columns it yields, and the (n, len(columns)) float32 matrix of
+    them for a batch of requests, as of now."""
 
     @property
     def columns(self) -> tuple[str, ...]: ...
@@ -263,5 +263,5 @@ def _needs_provider(name: str, version: int, config: GateNetConfig) -> str:
     return (
         f"policy {name} v{version} needs extra feature columns {config.extra_columns}, which a "
         "RequestBatch does not carry; serve it with a feature provider "
-        "(learner.features.OnlineFeatureProvider)."
+        "(learner.recipes.gate.features.OnlineFeatureProvider)."
     )

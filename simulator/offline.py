@@ -4,7 +4,7 @@ These run the learning loop without Kafka: the simulator's fleet serves a policy
 truth gives each request's ``tab@1`` reward (+0.75 accepted or partial, -0.25 rejected or
 ignored, 0 suppressed: exactly what processors.rewards computes), and the offered events give
 the logged context, decision and propensity. Tests, benches and the demo's dry runs use them;
-the production path is lake → :mod:`learner.windows` → learner.trainer.
+the production path is lake → :mod:`learner.recipes.gate.windows` → learner.engine.trainer.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import torch
 from contracts.arrow_schema import arrow_schema
 from contracts.lake_layout import file_path, hour_of_ms
 from learner.errors import LearnerError
-from learner.objective import GateObjective
-from learner.samples import RewardRows, rows_to_batch
+from learner.recipes.gate.objective import GateObjective
+from learner.recipes.gate.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import load_schema

@@ -117,8 +117,9 @@ def agent_table(results: RunResults) -> Table:
     "--learner-config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Learner recipe for `flywheel learn --config`, e.g. learner/configs/with-features.yaml"
-    " (its features are then also served online, from an in-process feature store).",
+    help="Learner recipe for `flywheel learn --config`, e.g. "
+    "learner/recipes/gate/configs/with-features.yaml (its features are then also served online, "
+    "from an in-process feature store).",
 )
 @click.option(
     "--loop",

@@ -23,7 +23,7 @@ from simulator import DEFAULT_CONFIG_PATH as SIMULATOR_CONFIG_PATH
 from simulator import build_policy, load_config
 
 if TYPE_CHECKING:  # the agent recipe loads transformers: imported where it runs
-    from learner.agent_loop import AgentRLConfig
+    from learner.recipes.agent_rl.recipe import AgentRLConfig
 
 
 def _log(message: str) -> None:
@@ -56,8 +56,9 @@ GATE_MODEL = "suggestion-gate"
     "config_path",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="The recipe's config (YAML). Default: learner/configs/default.yaml (gate), "
-    "learner/configs/agent/sft.yaml (agent-sft), learner/configs/agent/rl.yaml (agent).",
+    help="The recipe's config (YAML). Default: learner/recipes/gate/configs/default.yaml (gate), "
+    "learner/recipes/agent_sft/configs/sft.yaml (agent-sft), "
+    "learner/recipes/agent_rl/configs/rl.yaml (agent).",
 )
 @click.option(
     "--max-versions",
@@ -168,7 +169,7 @@ def _agent(
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    from learner.agent_loop import DEFAULT_AGENT_CONFIG, AgentLearner, AgentRLConfig
+    from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, AgentLearner, AgentRLConfig
 
     config = _overridden(
         AgentRLConfig.load(config_path or DEFAULT_AGENT_CONFIG), min_rows, duration
@@ -187,7 +188,7 @@ def _agent(
 def _agent_sft(
     settings: Settings, model_name: str | None, config_path: Path | None, duration: str | None
 ) -> None:
-    from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, run_sft
+    from learner.recipes.agent_sft.recipe import DEFAULT_SFT_CONFIG, AgentSFTConfig, run_sft
     from model_registry.registry import ModelRegistry
 
     config = AgentSFTConfig.load(config_path or DEFAULT_SFT_CONFIG)

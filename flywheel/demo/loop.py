@@ -35,9 +35,9 @@ from flywheel.demo.results import RunResults
 from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.listen import free_port
 from flywheel.settings import Settings
-from learner.agent_windows import SERVED
 from learner.config import LearnerConfig
-from learner.features import OnlineFeatureProvider
+from learner.recipes.agent_rl.windows import SERVED
+from learner.recipes.gate.features import OnlineFeatureProvider
 from model_registry.registry import DECIDED, ModelRegistry, VersionState
 from policies.gate_net import FeatureProvider, load_policy
 from policies.policy import Policy

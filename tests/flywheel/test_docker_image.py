@@ -218,7 +218,7 @@ def test_dockerignore_keeps_caches_state_and_secrets_out_and_the_sources_in() ->
                     "bench/soak.py"):  # fmt: skip
         assert _ignored(dropped), f".dockerignore sends {dropped} to the build"
     for kept in ("pyproject.toml", "overrides.txt", "README.md", "flywheel/cli.py",
-                 "learner/configs/agent/rl.yaml", "schemas/avro/history/Reward/v3.avsc",
+                 "learner/recipes/agent_rl/configs/rl.yaml", "schemas/avro/history/Reward/v3.avsc",
                  "streams/stack/pom.xml"):  # fmt: skip
         assert not _ignored(kept), f".dockerignore drops {kept}"
 
@@ -243,8 +243,7 @@ def test_every_file_of_every_package_is_in_the_image_at_its_place() -> None:
 
 def test_package_data_is_declared_truthfully_and_shipped() -> None:
     """Each [tool.setuptools.package-data] glob matches files (a stale one would hide a moved
-    config) and those files are in the image; so are the agent recipe configs, which the globs
-    miss and the editable install serves from the sources."""
+    config) and those files are in the image; so is every recipe's config folder."""
     install_dir, image = _installed_files()
     package_data: dict[str, list[str]] = _pyproject()["tool"]["setuptools"]["package-data"]
     for package, globs in package_data.items():
@@ -255,10 +254,10 @@ def test_package_data_is_declared_truthfully_and_shipped() -> None:
             for path in matches:
                 rel = path.relative_to(ROOT).as_posix()
                 assert posixpath.join(install_dir, rel) in image, f"{rel} is not in the image"
-    runtime_yaml = sorted((ROOT / "learner" / "configs").rglob("*.yaml"))
+    runtime_yaml = sorted((ROOT / "learner" / "recipes").glob("*/configs/*.yaml"))
     runtime_yaml += [*(ROOT / "simulator" / "configs").glob("*.yaml")]
     runtime_yaml += [ROOT / "feature_store" / "features.yaml"]
-    assert any(p.parent.name == "agent" for p in runtime_yaml)
+    assert {p.parents[1].name for p in runtime_yaml} >= {"gate", "agent_sft", "agent_rl"}
     for path in runtime_yaml:
         rel = path.relative_to(ROOT).as_posix()
         assert posixpath.join(install_dir, rel) in image, f"{rel} is not in the image"

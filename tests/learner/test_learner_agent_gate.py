@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from learner.agent_eval import EvalResult
-from learner.agent_gate import AgentGateConfig, decide
 from learner.errors import LearnerError
+from learner.eval_suite import EvalResult
+from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
 
 N = 200
 

@@ -9,11 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from learner.agent_sft import DEFAULT_SFT_CONFIG, AgentSFTConfig, CorpusConfig, EvalConfig, run_sft
+from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
+from learner.engine.causal_lm import CausalLMTask, attention_mask, next_token_logprobs
+from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
-from learner.lm_objective import CausalLMTask, attention_mask, next_token_logprobs
-from learner.token_windows import TokenSampleSpec, pack_sequences, write_token_window
-from learner.trainer import TrainerConfig
+from learner.recipes.agent_sft.recipe import (
+    DEFAULT_SFT_CONFIG,
+    AgentSFTConfig,
+    CorpusConfig,
+    EvalConfig,
+    run_sft,
+)
 from policies.agent_lm import AgentModelConfig, load_checkpoint
 
 
@@ -78,11 +84,19 @@ def test_rows_run_in_length_buckets_score_as_one_padded_pass() -> None:
 
 
 def test_every_agent_config_file_loads() -> None:
-    from learner.agent_loop import DEFAULT_AGENT_CONFIG, AgentRLConfig
+    from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, AgentRLConfig
 
-    recipes = {"sft": AgentSFTConfig, "rl": AgentRLConfig}
-    for path in sorted(DEFAULT_SFT_CONFIG.parent.glob("*.yaml")):
-        config = recipes[path.stem.split("-")[0]].load(path)
+    # each recipe's configs/ folder holds its files (sft.yaml, rl.yaml and their variants)
+    folders = {
+        DEFAULT_SFT_CONFIG.parent: AgentSFTConfig,
+        DEFAULT_AGENT_CONFIG.parent: AgentRLConfig,
+    }
+    paths = [
+        (path, cls) for folder, cls in folders.items() for path in sorted(folder.glob("*.yaml"))
+    ]
+    assert {path.name for path, _ in paths} >= {"sft.yaml", "rl.yaml"}
+    for path, cls in paths:
+        config = cls.load(path)
         assert config.train.batch_size >= 1 and config.eval.tasks >= 1
     # the default files spell out every default
     assert AgentSFTConfig.load(DEFAULT_SFT_CONFIG) == AgentSFTConfig()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from learner.agent_loop import fresh_versions
+from learner.recipes.agent_rl.recipe import fresh_versions
 
 
 @pytest.mark.parametrize(

@@ -14,14 +14,14 @@ from typing import Any, cast
 import numpy as np
 
 from contracts.advantages import GROUP_REWARD_FN
-from learner.agent_windows import (
+from learner.data.window_manifest import read_manifest
+from learner.recipes.agent_rl.row_admission import DEAD_LETTERS_NAME
+from learner.recipes.agent_rl.windows import (
     AgentLakeReads,
     TokenWindowConfig,
     build_agent_window,
     group_number,
 )
-from learner.row_admission import DEAD_LETTERS_NAME
-from learner.window_manifest import read_manifest
 from processors.rewards.rollouts import group_advantages
 from processors.rewards.served import (
     FeedbackWindows,

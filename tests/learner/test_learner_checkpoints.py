@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from learner.checkpoints import (
+from learner.engine.checkpoints import (
     LATEST_NAME,
     MARKER_NAME,
     CheckpointStore,
@@ -16,7 +16,7 @@ from learner.checkpoints import (
     load_model_state,
     read_trainer_state,
 )
-from learner.distributed import DistributedContext
+from learner.engine.distributed import DistributedContext
 from learner.errors import CheckpointError
 
 SINGLE = DistributedContext(0, 1, 0, torch.device("cpu"), owns_group=False)

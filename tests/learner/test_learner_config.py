@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
-from learner.durations import Duration
+from learner.engine.durations import Duration
 from learner.errors import LearnerError
 
 CONFIGS = sorted(DEFAULT_CONFIG_PATH.parent.glob("*.yaml"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from learner.durations import Duration, Progress, Unit
+from learner.engine.durations import Duration, Progress, Unit
 from learner.errors import DurationError
 
 

@@ -9,12 +9,16 @@ import pyarrow as pa
 import pytest
 
 from feature_store import OnlineFeatureStore, load_features
-from learner.config import LearnerConfig
+from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.errors import LearnerError
-from learner.features import OnlineFeatureProvider, feature_columns, point_in_time_enrich
-from learner.lake_rows import load_rows
-from learner.samples import RewardRows
-from learner.windows import build_window
+from learner.recipes.gate.features import (
+    OnlineFeatureProvider,
+    feature_columns,
+    point_in_time_enrich,
+)
+from learner.recipes.gate.reward_rows import load_rows
+from learner.recipes.gate.samples import RewardRows
+from learner.recipes.gate.windows import build_window
 from policies.errors import PolicyError
 from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy, load_policy, save_policy
 from policies.policy import RequestBatch
@@ -172,5 +176,5 @@ def test_config_features_are_validated() -> None:
         LearnerConfig(features=("user.nope",))
     with pytest.raises(LearnerError, match="entity a serving request"):
         LearnerConfig(features=("repo.requests_24h",))
-    shipped = Path(__file__).parents[2] / "learner" / "configs" / "with-features.yaml"
+    shipped = DEFAULT_CONFIG_PATH.with_name("with-features.yaml")
     assert LearnerConfig.load(shipped).features == NAMES

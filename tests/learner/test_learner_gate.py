@@ -7,7 +7,7 @@ import pytest
 
 from learner.errors import LearnerError
 from learner.gate import CanaryVerdict, GateConfig, OffPolicyGate, canary_decision
-from learner.samples import RewardRows
+from learner.recipes.gate.samples import RewardRows
 from schemas.events import ModelVersionEvent
 from simulator import HeuristicPolicy
 

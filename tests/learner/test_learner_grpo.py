@@ -13,12 +13,12 @@ import torch
 from transformers import TopPLogitsWarper
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.agent_loop import fresh_versions
-from learner.agent_rl import collect_trials
-from learner.agent_windows import AgentRows
+from learner.engine.causal_lm import next_token_logprobs
 from learner.errors import LearnerError
-from learner.grpo import GRPOConfig, GRPOTask, TrialFilter, token_losses
-from learner.lm_objective import next_token_logprobs
+from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter, token_losses
+from learner.recipes.agent_rl.recipe import fresh_versions
+from learner.recipes.agent_rl.trials import collect_trials
+from learner.recipes.agent_rl.windows import AgentRows
 from policies.agent_lm import AgentModelConfig, build_model, train_tokenizer
 from policies.agent_sampling import SamplingParams, nucleus_filter
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from learner.errors import LearnerError
-from learner.holdout import HoldoutSplit, _hash_scalar, _mix_scalar
+from learner.recipes.gate.holdout import HoldoutSplit, _hash_scalar, _mix_scalar
 
 # mix64(fnv64("flywheel-holdout@1:" + id)) of the first implementation: the split of every
 # deployed window depends on these, so they never change.

@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import tiny_training
 
+from learner.engine.loader import WindowStream, build_loader
+from learner.engine.memory_loader import MemoryLoader, epoch_order
 from learner.errors import TrainingDataError
-from learner.loader import WindowStream, build_loader
-from learner.memory_loader import MemoryLoader, epoch_order
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from learner.engine.microbatch import TrainingTask
 from learner.errors import LearnerError
-from learner.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.samples import RewardRows, rows_to_batch
-from learner.trainer import TrainingTask
+from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
+from learner.recipes.gate.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
 from simulator.offline import fit_offline
 

@@ -15,10 +15,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import tiny_training
 
-from learner.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.loader import collate_columns, concat_rows, samples_of
+from learner.engine.trainer import TrainerConfig
 from learner.errors import DurationError, MicrobatchError, TrainerConfigError
-from learner.loader import collate_columns, concat_rows, samples_of
-from learner.trainer import TrainerConfig
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import children
 import tiny_training
 
-from learner.checkpoints import (
+from learner.engine.checkpoints import (
     TEST_SLEEP_ENV,
     find_resume_checkpoint,
     load_model_state,

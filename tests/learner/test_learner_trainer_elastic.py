@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import children
 import tiny_training
 
-from learner.checkpoints import CheckpointRef, list_complete, load_model_state
+from learner.engine.checkpoints import CheckpointRef, list_complete, load_model_state
 
 
 @pytest.fixture(scope="module")

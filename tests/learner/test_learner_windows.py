@@ -13,14 +13,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from learner.data.replay import plan_streams
+from learner.data.window_manifest import MANIFEST_NAME, read_manifest, write_manifest
+from learner.engine.loader import WindowStream
 from learner.errors import LearnerError
-from learner.holdout import HoldoutSplit
-from learner.lake_rows import load_rows
-from learner.loader import WindowStream
-from learner.replay import plan_streams
-from learner.samples import RewardRows, SampleSpec, collate_rows
-from learner.window_manifest import MANIFEST_NAME, read_manifest, write_manifest
-from learner.windows import build_window
+from learner.recipes.gate.holdout import HoldoutSplit
+from learner.recipes.gate.reward_rows import load_rows
+from learner.recipes.gate.samples import RewardRows, SampleSpec, collate_rows
+from learner.recipes.gate.windows import build_window
 from simulator.offline import write_reward_lake
 
 FN = "tab@1"

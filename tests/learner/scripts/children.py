@@ -18,7 +18,7 @@ from typing import Any
 from flywheel.listen import free_port
 
 SCRIPT = Path(__file__).with_name("tiny_training.py")
-_PRELOAD = ["torch", "streaming", "learner.trainer", "learner.checkpoints"]
+_PRELOAD = ["torch", "streaming", "learner.engine.trainer", "learner.engine.checkpoints"]
 
 
 def context() -> ForkServerContext:

@@ -27,8 +27,8 @@ import numpy as np
 import streaming
 import torch
 
-from learner.loader import WindowStream
-from learner.trainer import FitResult, StepReport, Trainer, TrainerConfig
+from learner.engine.loader import WindowStream
+from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 
 DIM = 4
 MAX_ROWS_PER_SAMPLE = 3

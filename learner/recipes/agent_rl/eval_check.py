@@ -1,0 +1,111 @@
+"""The agent's gate: a candidate against production on the eval suite, paired per task.
+
+Both versions decode the same held-out tasks greedily (`learner.eval_suite`), so each task gives
+one paired difference of pass (-1, 0, +1) and of reward. The gate passes a candidate to the
+canary only when
+
+* its mean reward shows **no significant regression**: the bootstrap lower bound of the mean
+  reward difference is above ``-tolerance``, and
+* it is a **real improvement**: the lower bound of the pass@1 difference is above ``min_lift``
+  (0: significantly better than production at the chosen confidence).
+
+Every number goes into the ModelVersionEvent's metrics (:meth:`AgentGateDecision.metrics`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from learner.errors import LearnerError
+from learner.eval_suite import EvalResult
+from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, mean_lower
+
+
+@dataclass(frozen=True)
+class AgentGateConfig:
+    """The ``gate`` section of the agent recipe."""
+
+    tolerance: float = 0.02  # reward regression allowed at the lower bound (rewards in [0, 1])
+    min_lift: float = 0.0  # the pass@1 difference's lower bound must exceed this
+    confidence: float = DEFAULT_CONFIDENCE
+    resamples: int = DEFAULT_BOOTSTRAP
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class AgentGateDecision:
+    """The paired comparison and its verdict."""
+
+    passed: bool
+    reason: str
+    tasks: int
+    candidate_pass_at_1: float
+    production_pass_at_1: float
+    pass_lift: float
+    pass_lift_lower: float
+    candidate_reward: float
+    production_reward: float
+    reward_lift: float
+    reward_lift_lower: float
+
+    def metrics(self) -> dict[str, float]:
+        """For ``ModelVersionEvent.metrics`` (names prefixed ``eval_``)."""
+        return {
+            "eval_tasks": float(self.tasks),
+            "eval_pass_at_1": self.candidate_pass_at_1,
+            "eval_production_pass_at_1": self.production_pass_at_1,
+            "eval_pass_lift": self.pass_lift,
+            "eval_pass_lift_lower": self.pass_lift_lower,
+            "eval_mean_reward": self.candidate_reward,
+            "eval_production_mean_reward": self.production_reward,
+            "eval_reward_lift_lower": self.reward_lift_lower,
+        }
+
+
+def decide(
+    candidate: EvalResult, production: EvalResult, config: AgentGateConfig
+) -> AgentGateDecision:
+    """The gate's verdict; LearnerError when the two were not evaluated on the same tasks."""
+    if candidate.task_ids != production.task_ids or not candidate.task_ids:
+        raise LearnerError("evaluate candidate and production on the same, non-empty tasks")
+    pass_diff = candidate.passed.astype(np.float64) - production.passed.astype(np.float64)
+    reward_diff = candidate.rewards - production.rewards
+
+    def lower(diff: np.ndarray) -> float:
+        return mean_lower(
+            diff, confidence=config.confidence, resamples=config.resamples, seed=config.seed
+        )
+
+    pass_lower, reward_lower = lower(pass_diff), lower(reward_diff)
+    level = f"{config.confidence:.0%}"
+    if reward_lower < -config.tolerance:
+        passed, reason = (
+            False,
+            (
+                f"mean reward may regress: lower bound of the lift {reward_lower:+.3f} < "
+                f"-{config.tolerance:g} ({level}, {len(pass_diff)} held-out tasks)"
+            ),
+        )
+    elif pass_lower <= config.min_lift:
+        passed, reason = (
+            False,
+            (
+                f"no significant pass@1 improvement: lift {pass_diff.mean():+.3f}, lower bound "
+                f"{pass_lower:+.3f} <= {config.min_lift:g} ({level})"
+            ),
+        )
+    else:
+        passed, reason = (
+            True,
+            (
+                f"pass@1 {candidate.pass_at_1:.3f} vs {production.pass_at_1:.3f}, lift lower bound "
+                f"{pass_lower:+.3f} ({level}); reward lift lower bound {reward_lower:+.3f}"
+            ),
+        )
+    return AgentGateDecision(
+        passed, reason, len(pass_diff), candidate.pass_at_1, production.pass_at_1,
+        float(pass_diff.mean()), pass_lower, candidate.mean_reward, production.mean_reward,
+        float(reward_diff.mean()), reward_lower,
+    )  # fmt: skip

@@ -1,0 +1,3 @@
+"""The gate recipe: reward rows of suggestions → MDS windows → the gate network, released by the
+off-policy check on held-out rows. Configs: ``configs/default.yaml`` (every key with its
+default), ``configs/with-features.yaml`` (feature-store inputs)."""
