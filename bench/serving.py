@@ -41,7 +41,7 @@ import uvicorn
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Split
 from fleet.agent_app import create_agent_app
-from fleet.agent_engine import Engine, Job, Sampling
+from fleet.agent_engine import Engine, Job
 from fleet.prefix_cache import PrefixCache
 from fleet.rollouts import AgentPolicy
 from fleet.subscriber import Routed, ServedModel, ServingSnapshot
@@ -131,8 +131,8 @@ def speculative_edits(args: argparse.Namespace) -> dict[str, Any]:
     def run(speculative: bool) -> float:
         started, tokens, out = time.perf_counter(), 0, []
         for prompt, budget in zip(prompts, budgets, strict=True):
-            job = Job(model, tokenizer, prompt, Sampling(max_tokens=budget, temperature=0.0),
-                      speculative=speculative)  # fmt: skip
+            greedy = SamplingParams(temperature=0.0, max_new_tokens=budget)
+            job = Job(model, tokenizer, prompt, greedy, speculative=speculative)
             engine.run([job])
             tokens += len(job.choices[0].token_ids)
             out.append(tuple(job.choices[0].token_ids))
@@ -169,7 +169,7 @@ def prefix_cache(args: argparse.Namespace, model: Any, tokenizer: Any) -> dict[s
     prefix = tokenizer(text, add_special_tokens=False)["input_ids"][:1024]
     suffixes = [tokenizer(f"# request {i}: f(x) ==", add_special_tokens=False)["input_ids"]
                 for i in range(8)]  # fmt: skip
-    one = Sampling(max_tokens=1, temperature=0.0)
+    one = SamplingParams(temperature=0.0, max_new_tokens=1)
     plain_engine, cached_engine = Engine(), Engine(prefix_cache=PrefixCache(min_tokens=64))
     cached_engine.run([Job(model, tokenizer, [*prefix, 3], one)])  # an earlier request
 

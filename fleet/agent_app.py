@@ -328,7 +328,7 @@ class AgentApi:
             completion_text=choice.text,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
+            max_tokens=sampling.max_new_tokens,
             stop=sampling.stop,
             finish_reason=choice.finish_reason or "length",
             speculative=job.speculative,
@@ -358,12 +358,12 @@ def _prompt_ids(parsed: api.ApiRequest, tokenizer: Any) -> tuple[int, ...]:
 
 def _check_context(prompt_ids: tuple[int, ...], parsed: api.ApiRequest, model: Any) -> None:
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    wanted = len(prompt_ids) + parsed.sampling.max_tokens
+    wanted = len(prompt_ids) + parsed.sampling.max_new_tokens
     if limit and wanted > limit:
         raise api.ApiError(
             400,
             f"this model's maximum context length is {limit} tokens; the request asks for "
-            f"{wanted} ({len(prompt_ids)} in the prompt, {parsed.sampling.max_tokens} for the "
+            f"{wanted} ({len(prompt_ids)} in the prompt, {parsed.sampling.max_new_tokens} for the "
             "completion): shorten the prompt or lower max_tokens",
             param="messages" if parsed.endpoint == "chat.completions" else "prompt",
             code="context_length_exceeded",

@@ -1,12 +1,13 @@
 """The agent model's inference engine: requests batched into `transformers`' ``generate``.
 
 Each request (a :class:`Job`: the loaded version it was routed to, its prompt token ids, its
-:class:`Sampling`) is queued; one engine thread takes what is queued within ``batch_wait_s``,
-up to ``max_batch_rows`` sequences (a request asks for ``n``), and runs one ``generate`` per
-group of requests that can share it (same model, same temperature and top-p): left-padded
-prompts, the KV cache, a streamer that hands every new token to its request as text as soon as
-it decodes, and a stopping criterion that ends each row at its own ``max_tokens``, stop string
-or end of sequence, or when its client has gone. A full queue refuses a request
+``policies.agent_sampling.SamplingParams``) is queued; one engine thread takes what is queued
+within ``batch_wait_s``, up to ``max_batch_rows`` sequences (a request asks for ``n``), and runs
+one ``generate`` per group of requests that can share it (same model, same temperature and
+top-p): left-padded prompts, the KV cache, a streamer that hands every new token to its request
+as text as soon as it decodes, and a stopping criterion that ends each row at its own
+``max_new_tokens`` (the API's ``max_tokens``), stop string or end of sequence, or when its
+client has gone. A full queue refuses a request
 (:class:`Overloaded`: the API's 429 with Retry-After) instead of queueing without bound.
 
 Two kinds of request run alone, on purpose:
@@ -42,7 +43,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from fleet.errors import ServingError
 from fleet.prefix_cache import PrefixCache
-from policies.agent_sampling import token_logprobs
+from policies.agent_sampling import SamplingParams, token_logprobs
 
 log = logging.getLogger(__name__)
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -58,21 +59,6 @@ class Overloaded(ServingError):
             f"{retry_after_s} s"
         )
         self.retry_after_s = retry_after_s
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How one request samples. ``temperature=0`` is greedy."""
-
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-    n: int = 1
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
 
 @dataclass
@@ -98,7 +84,7 @@ class Job:
         model: Any,
         tokenizer: Any,
         prompt_ids: Sequence[int],
-        sampling: Sampling,
+        sampling: SamplingParams,
         *,
         speculative: bool = False,
         on_text: OnText | None = None,
@@ -279,7 +265,7 @@ class Engine:
                 temperature=None if sampling.greedy else sampling.temperature,
                 top_p=None if sampling.greedy else sampling.top_p,
                 top_k=None,  # transformers' default top_k=50 would change the distribution
-                max_new_tokens=max(job.sampling.max_tokens for job in jobs),
+                max_new_tokens=max(job.sampling.max_new_tokens for job in jobs),
                 pad_token_id=pad,
                 eos_token_id=tokenizer.eos_token_id,
                 streamer=streamer,
@@ -301,7 +287,7 @@ class Engine:
 
 class _RowStreamer(BaseStreamer):
     """Hands each row's new tokens to its choice: stop strings, end of sequence and
-    ``max_tokens`` end a row; text goes to ``on_text`` as soon as it cannot still turn into a
+    ``max_new_tokens`` end a row; text goes to ``on_text`` as soon as it cannot still turn into a
     stop string (nor is half a UTF-8 character)."""
 
     def __init__(self, tokenizer: Any, rows: list[tuple[Job, Choice]]) -> None:
@@ -347,7 +333,7 @@ class _RowStreamer(BaseStreamer):
             self._finish(job, choice, "stop")
             return
         choice.text = text
-        if len(choice.token_ids) >= job.sampling.max_tokens:
+        if len(choice.token_ids) >= job.sampling.max_new_tokens:
             self._finish(job, choice, "length")
             return
         self._stream(job, choice, _safe_length(text, job.sampling.stop))

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fleet.agent_engine import Choice, Sampling
+from fleet.agent_engine import Choice
+from policies.agent_sampling import SamplingParams
 
 Endpoint = Literal["completions", "chat.completions"]
 MAX_STOP = 4  # OpenAI's limit
@@ -76,7 +77,7 @@ class ApiRequest:
     model: str
     prompt: str | tuple[int, ...] | None
     messages: tuple[Mapping[str, str], ...]
-    sampling: Sampling
+    sampling: SamplingParams
     stream: bool
     include_usage: bool
     user: str | None
@@ -148,10 +149,10 @@ def parse_request(body: Any, endpoint: Endpoint, *, max_n: int) -> ApiRequest:
         raise ApiError(
             400, f"n is {n}; this replica serves at most {max_n} choices per request", param="n"
         )
-    sampling = Sampling(
-        max_tokens=max_tokens,
+    sampling = SamplingParams(
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0, open_low=True),
+        max_new_tokens=max_tokens,
         stop=_stop(body.get("stop")),
         n=n,
     )

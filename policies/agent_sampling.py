@@ -23,18 +23,30 @@ from policies.errors import PolicyError
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How trials are drawn. ``temperature=0`` is greedy (the eval suite's pass@1)."""
+    """How completions are drawn, for trials, the eval suite and served requests alike.
+
+    ``temperature=0`` is greedy (the eval suite's pass@1). ``stop`` strings and ``n`` (choices per
+    request) are read by the serving engine (``fleet.agent_engine``); :func:`sample` takes its
+    group size as an argument and ignores both. The OpenAI API's ``max_tokens`` maps to
+    ``max_new_tokens``. Positional calls rely on the order of the first three fields.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    n: int = 1
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1 or self.n < 1:
             raise PolicyError(
-                f"sampling needs temperature >= 0, top_p in (0, 1] and max_new_tokens >= 1, got "
-                f"{self}"
+                f"sampling needs temperature >= 0, top_p in (0, 1], max_new_tokens >= 1 and "
+                f"n >= 1, got {self}"
             )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from fleet.agent_app import create_agent_app
-from fleet.agent_engine import Engine, Job, Sampling
+from fleet.agent_engine import Engine, Job
 from fleet.prefix_cache import PrefixCache
 from fleet.rollouts import AgentPolicy
 from fleet.subscriber import Routed, ServedModel, ServingSnapshot
@@ -269,7 +269,7 @@ def test_no_version_yet_and_a_full_queue_answer_with_retry_after(policy, tmp_pat
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "5"
     engine = Engine(max_queue=1)  # never started: the queue stays full
-    engine.submit(Job(policy.model, policy.tokenizer, [1], Sampling()))
+    engine.submit(Job(policy.model, policy.tokenizer, [1], SamplingParams(max_new_tokens=16)))
     busy = create_agent_app(Replica(policy), engine, [].append, keys=None, producer="serve/t")
     with TestClient(busy) as client:
         response = client.post("/v1/completions", json={"model": MODEL, "prompt": "x"})

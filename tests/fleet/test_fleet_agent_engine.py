@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import torch
 
-from fleet.agent_engine import Engine, Job, Overloaded, Sampling
+from fleet.agent_engine import Engine, Job, Overloaded
 from fleet.prefix_cache import PrefixCache
 from policies.agent_sampling import SamplingParams, sample
 from tests.fleet.agent_lm_fixture import CORPUS, LONG_PREFIX, ids, tiny_lm
 
-GREEDY = Sampling(max_tokens=24, temperature=0.0)
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=24)
 PROMPTS = ["def f3(x):\n", "def f12(x):\n    return", LONG_PREFIX + "def f7(x):\n"]
 
 
@@ -58,14 +58,14 @@ def test_rows_end_at_their_own_stop_string_or_max_tokens_and_stream_their_text(l
     model, tokenizer = lm
     streamed: dict[int, list[str]] = {0: [], 1: []}
     prompt = ids(tokenizer, "def f3(x):\n")
-    free = Job(model, tokenizer, prompt, Sampling(max_tokens=12, temperature=0.0))
+    free = Job(model, tokenizer, prompt, SamplingParams(temperature=0.0, max_new_tokens=12))
     Engine().run([free])
     text = free.choices[0].text
     assert len(text) > 3
     stop = text[2:4]  # a stop string the greedy text contains
-    short = Job(model, tokenizer, prompt, Sampling(max_tokens=5, temperature=0.0, n=1))
+    short = Job(model, tokenizer, prompt, SamplingParams(temperature=0.0, max_new_tokens=5, n=1))
     stopped = Job(
-        model, tokenizer, prompt, Sampling(max_tokens=12, temperature=0.0, stop=(stop,)),
+        model, tokenizer, prompt, SamplingParams(temperature=0.0, max_new_tokens=12, stop=(stop,)),
         on_text=lambda i, t: streamed[i].append(t),
     )  # fmt: skip
     Engine().run([short, stopped])
@@ -79,7 +79,8 @@ def test_rows_end_at_their_own_stop_string_or_max_tokens_and_stream_their_text(l
 
 def test_a_cancelled_request_stops_generating_and_says_so(lm: Any) -> None:
     model, tokenizer = lm
-    job = Job(model, tokenizer, ids(tokenizer, "def f3(x):\n"), Sampling(max_tokens=40, n=2))
+    two = SamplingParams(max_new_tokens=40, n=2)
+    job = Job(model, tokenizer, ids(tokenizer, "def f3(x):\n"), two)
     job.on_text = lambda _i, _t: job.cancel()  # the client goes after its first text
     Engine().run([job])
     assert [c.finish_reason for c in job.choices] == ["cancelled", "cancelled"]

@@ -57,3 +57,12 @@ def test_greedy_is_deterministic_and_stops_at_eos(lm) -> None:  # type: ignore[n
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(PolicyError, match="top_p"):
         SamplingParams(top_p=0.0)
+    with pytest.raises(PolicyError, match="n >= 1"):
+        SamplingParams(n=0)
+
+
+def test_serving_fields_follow_the_three_positional_ones() -> None:
+    params = SamplingParams(0.0, 0.9, 24)
+    assert (params.temperature, params.top_p, params.max_new_tokens) == (0.0, 0.9, 24)
+    assert (params.stop, params.n, params.greedy) == ((), 1, True)
+    assert not SamplingParams(temperature=0.7, stop=("\n",), n=2).greedy
