@@ -42,13 +42,8 @@ from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_r
 from learner.recipes.gate.samples import RewardRows, SampleSpec
 from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy
-from simulator import (
-    Fleet,
-    HeuristicPolicy,
-    Policy,
-    SimulatorConfig,
-    config_with_overrides,
-)
+from policies.policy import HeuristicPolicy, Policy
+from simulator import Fleet, SimulatorConfig, config_with_overrides
 from simulator.offline import fit_offline, simulate_rewards, write_reward_lake
 
 

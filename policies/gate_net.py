@@ -122,7 +122,8 @@ class GatePolicyNet(nn.Module):
 
 
 class ServingPolicy:
-    """A trained gate behind ``simulator.policy.Policy``: numpy forward, float32, no autograd."""
+    """A trained gate behind ``policies.policy.Policy`` (requests) and ``FeatureScorer`` (feature
+    rows): numpy forward, float32, no autograd."""
 
     def __init__(
         self,

@@ -1,11 +1,12 @@
 """What a suggestion-gate policy is: the requests it sees (:class:`RequestBatch`), the
 :class:`Policy` Protocol every served gate implements (the heuristic version 0, the learned
-network of ``policies.gate_net``), and :class:`HeuristicPolicy`, version 0."""
+network of ``policies.gate_net``), :class:`FeatureScorer` (a learned gate scoring feature rows
+directly, as the learner's off-policy check reads it), and :class:`HeuristicPolicy`, version 0."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -44,6 +45,17 @@ class Policy(Protocol):
 
     def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
         """P(SHOWN) for each request of ``batch``: shape (len(batch),), values in [0, 1]."""
+        ...
+
+
+@runtime_checkable
+class FeatureScorer(Protocol):
+    """A learned gate that scores feature rows directly (``policies.gate_net.ServingPolicy``, a
+    fixed set of scores in the learner), so that an off-policy check scores the rows the logged
+    requests became rather than rebuilding them as a :class:`RequestBatch`."""
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        """P(SHOWN) per feature row: ``features`` (n, d) float32 → shape (n,), values in [0, 1]."""
         ...
 
 

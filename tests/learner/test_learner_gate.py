@@ -8,8 +8,8 @@ import pytest
 from learner.errors import LearnerError
 from learner.gate import CanaryVerdict, GateConfig, OffPolicyGate, canary_decision
 from learner.recipes.gate.samples import RewardRows
+from policies.policy import HeuristicPolicy
 from schemas.events import ModelVersionEvent
-from simulator import HeuristicPolicy
 
 
 class _Threshold:

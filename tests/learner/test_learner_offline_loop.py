@@ -14,7 +14,8 @@ from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
 from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GatePolicyNet, ServingPolicy
-from simulator import Fleet, HeuristicPolicy, Policy, SimulatorConfig, config_with_overrides
+from policies.policy import HeuristicPolicy, Policy
+from simulator import Fleet, SimulatorConfig, config_with_overrides
 from simulator.offline import fit_offline, simulate_rewards
 
 N_PER_VERSION = 6000
