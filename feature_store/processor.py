@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -50,20 +50,13 @@ from processors.lake.status import consumer_lag
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
 from schemas.events import FeatureUpdate
 from streams.errors import DecodeError
+from streams.serde import Codec
 from streams.topics import ERASURES_TOPIC, FEATURE_UPDATES_TOPIC, dlq_topic
 
 log = logging.getLogger("flywheel.features")
 
 STAGE = "features"
 BATCH = 1000
-
-
-class Codec(Protocol):
-    """Wire-format Avro for platform topics (``streams.serde.AvroCodec``)."""
-
-    def decode(self, topic: str, data: bytes) -> dict[str, Any]: ...
-
-    def encode(self, topic: str, record: Mapping[str, Any]) -> bytes: ...
 
 
 @dataclass

@@ -11,7 +11,7 @@ import io
 import json
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -36,6 +36,19 @@ def schema_id_of(data: bytes) -> int:
     if magic != MAGIC_BYTE:
         raise DecodeError("bad_magic", f"magic byte is {magic}, not {MAGIC_BYTE}")
     return int(schema_id)
+
+
+class Decoder(Protocol):
+    """What decodes a topic's wire-format bytes into a record (:class:`AvroCodec` does; the lake
+    sink needs no more). DecodeError names the cause of a failure."""
+
+    def decode(self, topic: str, data: bytes) -> dict[str, Any]: ...
+
+
+class Codec(Decoder, Protocol):
+    """Wire-format Avro both ways for the platform's topics (:class:`AvroCodec`)."""
+
+    def encode(self, topic: str, record: Mapping[str, Any]) -> bytes: ...
 
 
 class AvroCodec:

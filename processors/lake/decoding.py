@@ -7,11 +7,12 @@ value rules after it.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from contracts.errors import RecordRejected
 from processors.lake.validation import RecordValidator
 from streams.errors import DecodeError
+from streams.serde import Decoder
 
 # What a dead letter's `flywheel.cause` header can say.
 CAUSES = (
@@ -24,12 +25,6 @@ CAUSES = (
     "invalid_value",
 )
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
-
-
-class Decoder(Protocol):
-    """What decodes a topic's wire-format bytes (`streams.serde.AvroCodec` does)."""
-
-    def decode(self, topic: str, data: bytes) -> dict[str, Any]: ...
 
 
 class RecordDecoder:

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from contracts.dead_letters import CODE_TEXT_FIELD
 from processors.lake.columns import LakeColumns
-from processors.lake.decoding import Decoder, RecordDecoder
+from processors.lake.decoding import RecordDecoder
 from processors.lake.errors import SinkConfigError
 from processors.lake.validation import RecordValidator
 from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from streams.serde import Decoder
 
 EVENT_TIME_FIELD = "event_time"  # every event has it (DESIGN §4); it places rows in the lake
 

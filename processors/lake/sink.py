@@ -43,13 +43,14 @@ from processors.lake.buffers import (
     PartitionBuffer,
     RotationLimits,
 )
-from processors.lake.decoding import DEFAULT_MAX_RECORD_BYTES, Decoder
+from processors.lake.decoding import DEFAULT_MAX_RECORD_BYTES
 from processors.lake.errors import LakeError
 from processors.lake.kafka_clients import DeadLetterProducer, consumer_config, message_hour
 from processors.lake.lake_topics import lake_topics
 from processors.lake.resume import prepare_partitions
 from processors.lake.status import SinkStatus, consumer_lag
 from processors.lake.writer import write_parquet_atomically
+from streams.serde import Decoder
 from streams.topics import dlq_topic as dlq_topic_of
 
 log = logging.getLogger(__name__)
