@@ -61,12 +61,12 @@ from schemas.events import EditObserved
 from streams.admin import TopicAdmin
 from streams.client import ROUTES
 from streams.serde import AvroCodec
-from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS, TopicSpec
+from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS, TopicSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TELEMETRY = TELEMETRY_TOPICS
 ROLLOUTS = "rollouts.results"
-SERVED = (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)  # the completion join reads copies too
+SERVED = COMPLETION_TOPICS  # the completion join reads copies too
 HOUR_MS = 3_600_000
 STATUS = re.compile(r"process: ([\d,]+) events")
 

@@ -48,7 +48,8 @@ def dlq_topic(stage: str) -> str:
     return f"dlq.{stage}"
 
 
-# The IDE telemetry topics (co-partitioned by session_id), each with its value schema.
+# The IDE telemetry topics (co-partitioned by session_id), each with its value schema. The joiner
+# joins them per suggestion; the first carries the anchor (the offer).
 SUGGESTIONS_TOPIC = "telemetry.suggestions"
 OUTCOMES_TOPIC = "telemetry.outcomes"
 EDITS_TOPIC = "telemetry.edits"
@@ -66,6 +67,8 @@ AGENT_TASKS_TOPIC = "agent.tasks"
 # completion and its feedback are co-partitioned for the joiner.
 COMPLETIONS_TOPIC = "agent.completions"
 FEEDBACK_TOPIC = "agent.feedback"
+# What the joiner joins per served completion; the first carries the anchor (the completion).
+COMPLETION_TOPICS: tuple[str, ...] = (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)
 REWARDS_TOPIC = "rewards"
 FEATURE_UPDATES_TOPIC = "features.updates"
 MODEL_VERSIONS_TOPIC = "models.versions"

@@ -19,7 +19,7 @@ from processors.joiner.config import JoinerConfig
 from processors.rewards.attribution import Windows
 from processors.rewards.rollouts import GroupPolicy
 from processors.rewards.served import FeedbackWindows
-from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS
+from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS
 
 MS = 1000
 WORKER_GC_THRESHOLDS = (50_000, 20, 100)  # gc.set_threshold: see `process` (default 700, 10, 10)
@@ -129,7 +129,7 @@ def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
     "--completion-topic",
     "completion_topics",
     multiple=True,
-    callback=_source_topics(dict(JOINER.completion_topics), (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)),
+    callback=_source_topics(dict(JOINER.completion_topics), COMPLETION_TOPICS),
     metavar="TOPIC[=PLATFORM_TOPIC]",
     help="Served completions and their feedback (repeatable; agent.completions and "
     "agent.feedback by default), joined per completion into agent_use@1 Rewards.",

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streams.topics import (
-    COMPLETIONS_TOPIC,
-    FEEDBACK_TOPIC,
+    COMPLETION_TOPICS,
     REWARDS_TOPIC,
     ROLLOUTS_TOPIC,
     TELEMETRY_PARTITIONS,
@@ -22,7 +21,7 @@ from streams.topics import (
 # mirrors read copies under other names).
 TELEMETRY_SOURCES: Mapping[str, str] = {t: t for t in TELEMETRY_TOPICS}
 # The served completions and their feedback (the completion join), likewise.
-COMPLETION_SOURCES: Mapping[str, str] = {t: t for t in (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)}
+COMPLETION_SOURCES: Mapping[str, str] = {t: t for t in COMPLETION_TOPICS}
 
 
 @dataclass(frozen=True)

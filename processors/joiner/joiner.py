@@ -59,7 +59,7 @@ from processors.rewards.attribution import (
 )
 from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
-from processors.rewards.joins import SUGGESTION_TOPICS, Join, SuggestionJoin
+from processors.rewards.joins import Join, SuggestionJoin
 from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
 from schemas.events import EVENT_TYPES, Event, Reward
@@ -110,8 +110,6 @@ def offset_key(topic: str, partition: int) -> str:
     return f"{MARK}off/{topic}/{partition}"
 
 
-# The inputs joined per suggestion (platform topic names); their watermarks gate attribution.
-JOINED_TOPICS = SUGGESTION_TOPICS
 DEFAULT_IDLE_S = 2.0
 
 

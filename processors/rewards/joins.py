@@ -36,11 +36,7 @@ from processors.rewards.served import (
 )
 from schemas.events import Event, Reward
 from schemas.records import encode_time
-from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS
-
-# The telemetry topics joined per suggestion; the first carries the anchor (the offer).
-SUGGESTION_TOPICS = TELEMETRY_TOPICS
-COMPLETION_TOPICS = (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)
+from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS
 
 
 class Join(Protocol):
@@ -89,7 +85,7 @@ class SuggestionJoin:
 
     functions: tuple[RewardFunction, ...]
     windows: Windows = field(default_factory=Windows)
-    topics: tuple[str, ...] = SUGGESTION_TOPICS
+    topics: tuple[str, ...] = TELEMETRY_TOPICS
 
     def ids_of(self, event: Event) -> tuple[str, ...]:
         return suggestion_ids_of(event)

@@ -29,7 +29,7 @@ from schemas.events import (
 )
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
-from streams.topics import COMPLETIONS_TOPIC, FEEDBACK_TOPIC, TELEMETRY_TOPICS, TopicSpec
+from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS, TopicSpec
 from tests.sample_events import PRODUCER, offered
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ class Topics:
 
     def __init__(self, prefix: str) -> None:
         self.telemetry = {f"{prefix}.{t}": t for t in TELEMETRY}
-        self.served = {f"{prefix}.{t}": t for t in (COMPLETIONS_TOPIC, FEEDBACK_TOPIC)}
+        self.served = {f"{prefix}.{t}": t for t in COMPLETION_TOPICS}
         self.by_platform = {t: f"{prefix}.{t}" for t in (*TELEMETRY, *self.served.values())}
         self.rollouts = f"{prefix}.rollouts"
         self.rewards = f"{prefix}.rewards"
