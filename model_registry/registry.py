@@ -23,6 +23,7 @@ from typing import Any
 
 from model_registry.artifacts import ArtifactRef
 from model_registry.errors import ModelRegistryError
+from policies.policy import FALLBACK_VERSION as FALLBACK_VERSION  # v0, never registered
 from schemas.enums import Channel, ModelEventType
 from schemas.events import ChannelPointer, ModelVersionEvent, TrainingWindow
 from schemas.records import new_event_id, now_ms
@@ -37,7 +38,6 @@ from streams.topics import (
     topic,
 )
 
-FALLBACK_VERSION = 0  # the simulator's heuristic policy; never registered
 NO_WINDOW = TrainingWindow(mds_dataset="", mds_windows=(), lake_ranges=())
 
 

@@ -1,7 +1,9 @@
 """What a suggestion-gate policy is: the requests it sees (:class:`RequestBatch`), the
 :class:`Policy` Protocol every served gate implements (the heuristic version 0, the learned
 network of ``policies.gate_net``), :class:`FeatureScorer` (a learned gate scoring feature rows
-directly, as the learner's off-policy check reads it), and :class:`HeuristicPolicy`, version 0."""
+directly, as the learner's off-policy check reads it), and :class:`HeuristicPolicy`, version 0,
+built by :func:`fallback_policy` wherever a gate model has no version yet (serving replicas, the
+learner's production baseline)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,11 @@ import numpy as np
 
 from policies.errors import PolicyError
 from schemas.enums import SuggestionTrigger
+
+# Every gate model's version 0: the heuristic policy, served until production points at a
+# registered version; never registered itself (the registry's versions start at 1).
+FALLBACK_VERSION = 0
+DEFAULT_SHOW_PROBABILITY = 0.95  # the heuristic's flat P(show)
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,8 @@ class HeuristicPolicy:
     """Version 0: shows (almost) everything with a flat probability, whatever the context."""
 
     name: str = "suggestion-gate"
-    version: int = 0
-    show_probability: float = 0.95
+    version: int = FALLBACK_VERSION
+    show_probability: float = DEFAULT_SHOW_PROBABILITY
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.show_probability <= 1.0:
@@ -76,3 +83,13 @@ class HeuristicPolicy:
 
     def show_probabilities(self, batch: RequestBatch) -> np.ndarray:
         return np.full(len(batch), self.show_probability, dtype=np.float64)
+
+
+def fallback_policy(
+    model_name: str, show_probability: float = DEFAULT_SHOW_PROBABILITY
+) -> HeuristicPolicy:
+    """Version 0 (:data:`FALLBACK_VERSION`) of the gate model ``model_name``: the heuristic that
+    shows with a flat ``show_probability``. PolicyError when that is outside [0, 1]."""
+    return HeuristicPolicy(
+        name=model_name, version=FALLBACK_VERSION, show_probability=show_probability
+    )

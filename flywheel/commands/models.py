@@ -17,7 +17,8 @@ from rich.table import Table
 from flywheel.clients import codec
 from flywheel.console import out
 from flywheel.settings import Settings
-from model_registry.registry import FALLBACK_VERSION, ModelRegistry, VersionState
+from model_registry.registry import ModelRegistry, VersionState
+from policies.policy import FALLBACK_VERSION
 from schemas.enums import Channel
 from schemas.events import ChannelPointer, ModelVersionEvent
 

@@ -3,10 +3,10 @@
 The replica is a ``fleet.subscriber.ModelSubscriber``: it follows ``models.channels``, verifies and
 loads each version it is pointed at, and acks on ``models.acks``. ``--kind gate`` (the default)
 serves the suggestion gate's decisions (fleet/serving_app.py); until production points at a
-version it serves the simulator's v0 heuristic policy (the fallback). ``--kind agent`` serves the
-agent LM through the OpenAI API (fleet/agent_app.py), with requests batched into ``generate``, a
-cross-request prefix cache and speculative edits (fleet/agent_engine.py); every completion is an
-``AgentCompletion`` event on ``agent.completions``.
+version it serves the v0 heuristic policy (``policies.policy.fallback_policy``). ``--kind agent``
+serves the agent LM through the OpenAI API (fleet/agent_app.py), with requests batched into
+``generate``, a cross-request prefix cache and speculative edits (fleet/agent_engine.py); every
+completion is an ``AgentCompletion`` event on ``agent.completions``.
 """
 
 from __future__ import annotations
@@ -45,31 +45,27 @@ def build_replica(
     model: str,
     replica_id: str,
     *,
-    fallback_show_probability: float = 0.95,
     topics: ModelTopics | None = None,
     poll_interval_s: float = 0.5,
 ) -> ModelSubscriber[Policy]:
     """A subscriber serving ``model``: trained versions load with ``policies.gate_net.load_policy``
     (a version that needs extra feature columns is rejected: this replica has no feature
-    provider), the fallback is the heuristic v0 (the simulator's default policy). ``topics``:
+    provider), the fallback is the heuristic v0 (``policies.policy.fallback_policy``). ``topics``:
     the registry's topics (default: the platform's). Raises ServingError when the channels
     topic is missing or the broker is unreachable."""
     from fleet.subscriber import ModelSubscriber
     from flywheel.clients import codec
-    from model_registry.registry import DEFAULT_TOPICS, FALLBACK_VERSION
+    from model_registry.registry import DEFAULT_TOPICS
     from policies.gate_net import load_policy
-    from policies.policy import HeuristicPolicy
+    from policies.policy import fallback_policy
 
-    fallback = HeuristicPolicy(
-        name=model, version=FALLBACK_VERSION, show_probability=fallback_show_probability
-    )
     return ModelSubscriber(
         settings.kafka_client_config(),
         codec(settings),
         model,
         replica_id,
         lambda path, version: load_policy(path, model, version),
-        fallback,
+        fallback_policy(model),
         topics=topics or DEFAULT_TOPICS,
         poll_interval_s=poll_interval_s,
     )
