@@ -10,7 +10,7 @@ whole files only, also while the sink writes. `union_by_name` unions the columns
 written with different schema versions (a column missing from older files reads as NULL), and
 DuckDB re-binds a view at each query, so new columns appear without rebuilding the catalog.
 
-A platform topic (one of `schemas.catalog.TOPIC_VALUE_SCHEMAS`) with no file yet still gets a
+A platform topic (one of `streams.topics.TOPIC_VALUE_SCHEMAS`) with no file yet still gets a
 view: an empty one with the columns its Avro schema gives in the lake, so the analyst views over
 it are always creatable and return no rows instead of failing. Other topic directories get a
 view only once they hold a file.
@@ -30,7 +30,8 @@ import duckdb
 from analytics.errors import CatalogError
 from contracts.arrow_schema import arrow_schema
 from contracts.lake_layout import SUFFIX
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from schemas.catalog import load_schema
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters (as processors.lake)
 # The lake's hive keys: `dt=YYYY-MM-DD` is the UTC event date, `hour=HH` its UTC hour.

@@ -45,7 +45,8 @@ from feature_store.semantics import (
     Op,
     RowRule,
 )
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from schemas.catalog import load_schema
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _DURATION = re.compile(r"([1-9][0-9]*)(ms|s|m|h|d)")
@@ -84,7 +85,7 @@ class FeatureDeclaration:
 
     name: str
     entity: EntityType
-    source: str  # the platform topic (schemas.catalog.TOPIC_VALUE_SCHEMAS) of the rows
+    source: str  # the platform topic (streams.topics.TOPIC_VALUE_SCHEMAS) of the rows
     aggregation: Aggregation
     window: str  # as written: "24h" or "all" (FeatureUpdate.window)
     window_ms: int | None

@@ -47,11 +47,11 @@ from feature_store.errors import FeatureStoreError
 from feature_store.online import OnlineFeatureStore
 from feature_store.semantics import from_epoch_ms, to_epoch_ms
 from processors.lake.status import consumer_lag
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from schemas.catalog import load_schema
 from schemas.events import FeatureUpdate
 from streams.errors import DecodeError
 from streams.serde import Codec
-from streams.topics import ERASURES_TOPIC, FEATURE_UPDATES_TOPIC, dlq_topic
+from streams.topics import ERASURES_TOPIC, FEATURE_UPDATES_TOPIC, TOPIC_VALUE_SCHEMAS, dlq_topic
 
 log = logging.getLogger("flywheel.features")
 

@@ -21,13 +21,13 @@ from environments.isolation import TRUST_ENV, probe, trusted
 from flywheel.errors import DoctorError, SettingsError
 from flywheel.logs import SecretMask, secret_values
 from flywheel.settings import Settings, public_url
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema, subject_for
+from schemas.catalog import load_schema, subject_for
 from schemas.compatibility import can_read
 from schemas.errors import SchemaError
 from streams.admin import TopicAdmin
 from streams.errors import TopicError
 from streams.serde import COMPATIBILITY
-from streams.topics import ALL_TOPICS, TopicSpec
+from streams.topics import ALL_TOPICS, TOPIC_VALUE_SCHEMAS, TopicSpec
 
 CHECKS = ("config", "kafka", "registry", "topics", "schemas", "sandbox")
 _NEEDS = {"topics": "kafka", "schemas": "registry"}  # a check runs after its server's

@@ -1,11 +1,12 @@
-"""The event schemas shipped in ``schemas/avro/``: lookup by name, by topic, and their history.
+"""The event schemas shipped in ``schemas/avro/``: lookup by name, and their history.
 
 Each ``schemas/avro/<Name>.avsc`` holds the current value schema of one event (namespace
 ``flywheel.v1``); ``schemas/avro/history/<Name>/v<N>.avsc`` holds every version ever released,
 ``v1`` first. Evolution is BACKWARD_TRANSITIVE: the current schema must read data written with
 every version in its history (checked by the tests with :mod:`schemas.compatibility`).
 
-To change a schema: edit ``<Name>.avsc``, then copy it to the next ``v<N+1>.avsc``.
+To change a schema: edit ``<Name>.avsc``, then copy it to the next ``v<N+1>.avsc``. Which
+topic carries which schema is declared with the topics (``streams.topics.TOPIC_VALUE_SCHEMAS``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from types import MappingProxyType
 from typing import Any, cast
 
 import fastavro
@@ -24,26 +23,6 @@ import fastavro
 from schemas.errors import SchemaError
 
 NAMESPACE = "flywheel.v1"
-
-# Topic → value schema name, per DESIGN §3. Read-only: topics are declared in streams/.
-TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType(
-    {
-        "telemetry.suggestions": "SuggestionOffered",
-        "telemetry.outcomes": "SuggestionOutcome",
-        "telemetry.edits": "EditObserved",
-        "telemetry.tests": "TestRunCompleted",
-        "rollouts.results": "RolloutResult",
-        "agent.tasks": "AgentTask",
-        "agent.completions": "AgentCompletion",
-        "agent.feedback": "AgentFeedback",
-        "rewards": "Reward",
-        "features.updates": "FeatureUpdate",
-        "models.versions": "ModelVersionEvent",
-        "models.channels": "ChannelPointer",
-        "models.acks": "ReplicaAck",
-        "privacy.erasures": "ErasureRecorded",
-    }
-)
 
 _SUFFIX = ".avsc"
 _HISTORY_FILE = re.compile(r"v([1-9][0-9]*)\.avsc")

@@ -18,10 +18,11 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from fastavro.validation import ValidationError, validate
 
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_text, subject_for
+from schemas.catalog import parsed_schema, schema_text, subject_for
 from schemas.events import Event
 from streams.avro_compiled import Reader, Unsupported, Writer, compile_reader, compile_writer
 from streams.errors import DecodeError, EventValidationError, SchemaRegistryRequestError
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 MAGIC_BYTE = 0
 HEADER = struct.Struct(">bI")  # magic byte, schema id

@@ -7,7 +7,9 @@ consumers need one total order of versions and pointers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 CleanupPolicy = Literal["delete", "compact"]
@@ -76,7 +78,8 @@ MODEL_CHANNELS_TOPIC = "models.channels"
 MODEL_ACKS_TOPIC = "models.acks"
 ERASURES_TOPIC = "privacy.erasures"
 
-TOPICS: tuple[TopicSpec, ...] = (
+# The topics that carry platform events: ``value`` names the schema (schemas/avro/<value>.avsc).
+EVENT_TOPICS: tuple[TopicSpec, ...] = (
     *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
     TopicSpec(ROLLOUTS_TOPIC, "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
     TopicSpec(AGENT_TASKS_TOPIC, "task_id", "AgentTask", TELEMETRY_PARTITIONS),
@@ -101,6 +104,10 @@ TOPICS: tuple[TopicSpec, ...] = (
         ERASURES_TOPIC, "user_id", "ErasureRecorded", 1,
         cleanup_policy="compact", retention_ms=None,
     ),
+)  # fmt: skip
+
+TOPICS: tuple[TopicSpec, ...] = (
+    *EVENT_TOPICS,
     *(
         TopicSpec(
             dlq_topic(stage), "original key", "original bytes + error headers", 1,
@@ -109,6 +116,10 @@ TOPICS: tuple[TopicSpec, ...] = (
         for stage in DLQ_STAGES
     ),
 )  # fmt: skip
+
+# Topic → the name of its value schema, in declaration order (`flywheel sink`'s default topics,
+# the codec's registrations). Read-only.
+TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType({t.name: t.value for t in EVENT_TOPICS})
 
 # Not in DESIGN §3: the stack's smoke check (`flywheel demo`, tests) round-trips an Avro probe
 # record through it, so the contract topics never carry test traffic.

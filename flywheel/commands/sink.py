@@ -14,8 +14,7 @@ from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
-from schemas.catalog import TOPIC_VALUE_SCHEMAS
-from streams.topics import dlq_topic
+from streams.topics import TOPIC_VALUE_SCHEMAS, dlq_topic
 
 MIB = 1024 * 1024
 # DESIGN §3's data topics: every topic with a platform event (the dlq.* topics hold raw bytes).

@@ -13,7 +13,8 @@ from typing import Any
 
 from contracts.dead_letters import DeadLetter, Origin, dead_letter
 from contracts.errors import RecordRejected
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema
+from schemas.catalog import parsed_schema
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 STAGE = "joiner"
 LATE = "late"

@@ -60,13 +60,12 @@ from processors.rewards.attribution import (
 from processors.rewards.errors import RewardError
 from processors.rewards.functions import RewardFunction
 from processors.rewards.joins import Join, SuggestionJoin
-from schemas.catalog import TOPIC_VALUE_SCHEMAS
 from schemas.errors import SchemaError
 from schemas.events import EVENT_TYPES, Event, Reward
 from schemas.records import encode_time
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
-from streams.topics import REWARDS_TOPIC
+from streams.topics import REWARDS_TOPIC, TOPIC_VALUE_SCHEMAS
 
 # Outputs name the source record they derive from: the adapter writes them in the Kafka
 # transaction of that record's partition (processors/joiner/outbox.py).

@@ -24,8 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from processors.lake.erasure import UserKeys
 from processors.lake.errors import ErasureError
-from schemas.catalog import TOPIC_VALUE_SCHEMAS
-from streams.topics import DLQ_STAGES, dlq_topic
+from streams.topics import DLQ_STAGES, TOPIC_VALUE_SCHEMAS, dlq_topic
 
 COPIED_FROM = "flywheel.copied-from-offset"
 DLQ_TOPICS = tuple(dlq_topic(stage) for stage in DLQ_STAGES)

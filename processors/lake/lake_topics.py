@@ -10,8 +10,9 @@ from processors.lake.columns import LakeColumns
 from processors.lake.decoding import RecordDecoder
 from processors.lake.errors import SinkConfigError
 from processors.lake.validation import RecordValidator
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from schemas.catalog import load_schema
 from streams.serde import Decoder
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 EVENT_TIME_FIELD = "event_time"  # every event has it (DESIGN §4); it places rows in the lake
 

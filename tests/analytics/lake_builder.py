@@ -12,8 +12,9 @@ from pathlib import Path
 from contracts.lake_layout import file_path, hour_of
 from processors.lake.columns import LakeColumns
 from processors.lake.writer import write_parquet_atomically
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema
+from schemas.catalog import load_schema
 from schemas.events import Event
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 TOPIC_OF = {schema: topic for topic, schema in TOPIC_VALUE_SCHEMAS.items()}
 

@@ -9,7 +9,8 @@ import pytest
 
 from contracts.arrow_schema import ENUM_SYMBOLS_KEY, KAFKA_COLUMNS, arrow_schema, field_type
 from contracts.errors import UnsupportedSchemaError
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, load_schema, schema_names
+from schemas.catalog import load_schema, schema_names
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 
 def record(fields: list[dict[str, Any]], name: str = "R") -> dict[str, Any]:

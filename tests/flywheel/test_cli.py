@@ -71,6 +71,19 @@ def test_a_worker_command_loads_no_training_or_plotting_library() -> None:
     assert result.stdout.strip().endswith("[]"), result.stdout
 
 
+def test_the_sink_default_topics_keep_their_order() -> None:
+    """`flywheel sink --topics` defaults to every event topic, in this order (unchanged since the
+    topic → schema map moved to streams.topics)."""
+    from flywheel.commands.sink import DEFAULT_TOPICS
+
+    assert DEFAULT_TOPICS == (
+        "telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests",
+        "rollouts.results", "agent.tasks", "agent.completions", "agent.feedback", "rewards",
+        "features.updates", "models.versions", "models.channels", "models.acks",
+        "privacy.erasures",
+    )  # fmt: skip
+
+
 def test_stack_status_piped_prints_whole_values(tmp_path: Path) -> None:
     """Not a terminal (piped, CI): no column is cut to 80 characters; --json for scripts."""
     home = tmp_path / ("a-long-state-directory-name-" * 3)

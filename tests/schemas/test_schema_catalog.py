@@ -1,4 +1,4 @@
-"""schemas.catalog: lookup by name and topic, parse caching, and history-folder rules."""
+"""schemas.catalog: lookup by name, subjects, parse caching, and history-folder rules."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from schemas import catalog
 from schemas.catalog import (
-    TOPIC_VALUE_SCHEMAS,
     history,
     load_schema,
     parsed_schema,
@@ -46,12 +45,8 @@ def test_unknown_schema_names_raise_with_the_known_names(bad: str) -> None:
         load_schema(bad)
 
 
-def test_topics_map_to_schemas_and_subjects_follow_topic_name_strategy() -> None:
-    assert TOPIC_VALUE_SCHEMAS["telemetry.suggestions"] == "SuggestionOffered"
-    assert TOPIC_VALUE_SCHEMAS["models.acks"] == "ReplicaAck"
+def test_subjects_follow_topic_name_strategy() -> None:
     assert subject_for("telemetry.suggestions") == "telemetry.suggestions-value"
-    with pytest.raises(TypeError):
-        TOPIC_VALUE_SCHEMAS["x"] = "y"  # type: ignore[index]  # proving it is read-only
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from schemas.catalog import NAMESPACE, TOPIC_VALUE_SCHEMAS, history, load_schema, schema_names
+from schemas.catalog import NAMESPACE, history, load_schema, schema_names
 from schemas.compatibility import check_backward_transitive
+from streams.topics import TOPIC_VALUE_SCHEMAS
 
 EXPECTED_SCHEMAS = {
     "SuggestionOffered",

@@ -13,7 +13,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema, schema_names
+from schemas.catalog import parsed_schema, schema_names
 from schemas.events import SuggestionOffered
 from streams.avro_compiled import (
     Unsupported,
@@ -24,6 +24,7 @@ from streams.avro_compiled import (
 )
 from streams.errors import DecodeError, EventValidationError
 from streams.serde import HEADER, AvroCodec, _without_logical_types
+from streams.topics import TOPIC_VALUE_SCHEMAS
 from tests.registry_double import FakeRegistry
 from tests.sample_events import offered
 

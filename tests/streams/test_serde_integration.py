@@ -11,10 +11,11 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from flywheel.settings import Settings
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, schema_text, subject_for
+from schemas.catalog import schema_text, subject_for
 from schemas.events import EVENT_TYPES
 from streams.errors import DecodeError, EventValidationError, SchemaRegistryRequestError
 from streams.serde import COMPATIBILITY, AvroCodec
+from streams.topics import TOPIC_VALUE_SCHEMAS
 from tests.sample_events import offered, one_of_each
 
 pytestmark = pytest.mark.integration

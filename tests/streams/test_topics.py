@@ -1,6 +1,15 @@
 import pytest
 
-from streams.topics import ALL_TOPICS, DLQ_STAGES, PROBE_TOPIC, TOPICS, dlq_topic, topic
+from schemas.catalog import schema_names
+from streams.topics import (
+    ALL_TOPICS,
+    DLQ_STAGES,
+    PROBE_TOPIC,
+    TOPIC_VALUE_SCHEMAS,
+    TOPICS,
+    dlq_topic,
+    topic,
+)
 
 DESIGN_TABLE = {  # DESIGN §3: topic -> (key, value, cleanup)
     "telemetry.suggestions": ("session_id", "SuggestionOffered", "delete"),
@@ -58,3 +67,34 @@ def test_configs_carry_cleanup_and_retention() -> None:
 def test_unknown_topic_is_a_key_error() -> None:
     with pytest.raises(KeyError):
         topic("telemetry.nope")
+
+
+def test_topics_map_to_their_value_schemas_read_only() -> None:
+    assert TOPIC_VALUE_SCHEMAS["telemetry.suggestions"] == "SuggestionOffered"
+    assert TOPIC_VALUE_SCHEMAS["models.acks"] == "ReplicaAck"
+    assert set(TOPIC_VALUE_SCHEMAS.values()) <= set(schema_names())
+    assert all(
+        TOPIC_VALUE_SCHEMAS[t.name] == t.value for t in TOPICS if t.name in TOPIC_VALUE_SCHEMAS
+    )
+    with pytest.raises(TypeError):
+        TOPIC_VALUE_SCHEMAS["x"] = "y"  # type: ignore[index]  # proving it is read-only
+
+
+def test_event_topics_keep_their_order() -> None:
+    """`flywheel sink`'s default --topics (and the codec's registrations) follow this order."""
+    assert tuple(TOPIC_VALUE_SCHEMAS.items()) == (
+        ("telemetry.suggestions", "SuggestionOffered"),
+        ("telemetry.outcomes", "SuggestionOutcome"),
+        ("telemetry.edits", "EditObserved"),
+        ("telemetry.tests", "TestRunCompleted"),
+        ("rollouts.results", "RolloutResult"),
+        ("agent.tasks", "AgentTask"),
+        ("agent.completions", "AgentCompletion"),
+        ("agent.feedback", "AgentFeedback"),
+        ("rewards", "Reward"),
+        ("features.updates", "FeatureUpdate"),
+        ("models.versions", "ModelVersionEvent"),
+        ("models.channels", "ChannelPointer"),
+        ("models.acks", "ReplicaAck"),
+        ("privacy.erasures", "ErasureRecorded"),
+    )

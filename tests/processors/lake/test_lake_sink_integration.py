@@ -17,10 +17,11 @@ import pytest
 from contracts.lake_layout import scan_topic
 from flywheel.settings import Settings
 from processors.lake import LakeSink, RotationLimits
-from schemas.catalog import TOPIC_VALUE_SCHEMAS, parsed_schema
+from schemas.catalog import parsed_schema
 from schemas.enums import ReplicaState
 from schemas.events import Event, ReplicaAck
 from streams.serde import HEADER, AvroCodec
+from streams.topics import TOPIC_VALUE_SCHEMAS
 from tests.processors.lake.lake_harness import (
     MakeTopics,
     assert_ranges_tile,
