@@ -37,7 +37,12 @@ from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy
 from schemas.events import Event, SuggestionOffered
 from simulator import Fleet, SimulatorConfig, config_with_overrides
-from simulator.offline import ServedOutcome, fit_offline, simulate_rewards, write_reward_lake
+from tests.learner.gate_offline import (
+    ServedOutcome,
+    fit_offline,
+    simulate_rewards,
+    write_reward_lake,
+)
 
 NAMES = ("user.accept_rate_24h", "user_language.accept_rate_24h")
 CHUNK = 2000  # requests served between two feature-store updates

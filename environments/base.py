@@ -11,7 +11,8 @@ included, so tasks travel as events (``agent.tasks``) and any worker can score t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -95,6 +96,28 @@ class EnvironmentRegistry:
 
     def names(self) -> list[str]:
         return sorted(self.factories)
+
+
+def training_tasks(
+    environments: EnvironmentRegistry,
+    environment: str,
+    seed: int,
+    difficulties: Sequence[int] = (1, 2, 3),
+) -> Iterator[Task]:
+    """Endless training tasks from ``environment``'s pool (never its eval set), the same sequence
+    for the same ``seed``: drawn by the environment's ``task(rng, difficulty)`` when it has one
+    (each at a difficulty drawn from ``difficulties``), else one seeded ``train`` task at a time.
+    TaskEnvironmentError (on the first draw) when ``environment`` is not registered."""
+    env = environments.get(environment)
+    rng = random.Random(seed)
+    draw: Callable[[random.Random, int], Task] | None = getattr(env, "task", None)
+    counter = 0
+    while True:
+        if draw is not None:
+            yield draw(rng, rng.choice(list(difficulties)))
+        else:
+            yield env.tasks("train", 1, seed=seed * 1_000_003 + counter)[0]
+        counter += 1
 
 
 def score_all(

@@ -21,7 +21,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from contracts.dead_letters import Origin, dead_letter
 from contracts.errors import RecordRejected
-from environments.base import EnvironmentRegistry, Score, Task, score_all
+from environments.base import EnvironmentRegistry, Score, Task, score_all, training_tasks
 from environments.errors import TaskEnvironmentError
 from fleet.subscriber import ModelSubscriber
 from policies.agent_lm import load_checkpoint
@@ -205,17 +205,9 @@ def pool_tasks(
     seed: int,
     difficulties: Sequence[int] = (1, 2, 3),
 ) -> Iterator[TaskRequest]:
-    """Endless training tasks from ``environment``'s pool (never its eval set)."""
-    env = environments.get(environment)
-    rng = random.Random(seed)
-    draw: Callable[[random.Random, int], Task] | None = getattr(env, "task", None)
-    counter = 0
-    while True:
-        if draw is not None:
-            task = draw(rng, rng.choice(list(difficulties)))
-        else:
-            task = env.tasks("train", 1, seed=seed * 1_000_003 + counter)[0]
-        counter += 1
+    """Endless training tasks from ``environment``'s pool (never its eval set;
+    ``environments.base.training_tasks``), each to run as a group of ``group_size`` trials."""
+    for task in training_tasks(environments, environment, seed, difficulties):
         yield TaskRequest(task, group_size)
 
 

@@ -30,8 +30,7 @@ from typing import Any
 import httpx
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import Environment, Score, Task
-from fleet.rollouts import pool_tasks
+from environments.base import Environment, Score, Task, training_tasks
 from schemas.enums import AgentReaction
 from schemas.events import AgentFeedback
 from simulator.errors import SimulatorError
@@ -119,7 +118,7 @@ class AgentUsers:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = client or httpx.Client(base_url=base_url, headers=headers, timeout=120.0)
         self._environment: Environment = ENVIRONMENTS.get(config.environment)
-        self._tasks: Iterator[Any] = pool_tasks(ENVIRONMENTS, config.environment, 1, config.seed)
+        self._tasks: Iterator[Task] = training_tasks(ENVIRONMENTS, config.environment, config.seed)
         self._rng = random.Random(config.seed)
         self._lock = threading.Lock()
         self._next_at = time.monotonic()
@@ -163,7 +162,7 @@ class AgentUsers:
             wait = self._next_at - time.monotonic()
             self._next_at = max(self._next_at, time.monotonic()) + 1.0 / self.config.rate_per_s
             user = self._rng.randrange(self.config.users)
-            task = next(self._tasks).task
+            task = next(self._tasks)
             rng = random.Random(self._rng.getrandbits(64))
         if wait > 0 and stop.wait(wait):
             return None

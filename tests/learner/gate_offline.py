@@ -1,10 +1,12 @@
-"""Offline study tools: simulated reward rows, reward lake files, a plain training loop.
+"""Fixtures of the gate recipe's tests and benches: simulated reward rows, reward lake files,
+a plain training loop.
 
 These run the learning loop without Kafka: the simulator's fleet serves a policy, its ground
 truth gives each request's ``tab@1`` reward (+0.75 accepted or partial, -0.25 rejected or
 ignored, 0 suppressed: exactly what processors.rewards computes), and the offered events give
-the logged context, decision and propensity. Tests, benches and the demo's dry runs use them;
-the production path is lake → :mod:`learner.recipes.gate.windows` → learner.engine.trainer.
+the logged context, decision and propensity. Tests (tests/learner) and benches
+(bench/learner_features.py, bench/learner_mds.py) use them; nothing shipped does. The
+production path is lake → :mod:`learner.recipes.gate.windows` → learner.engine.trainer.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ def write_reward_lake(
     values: dict[str, pa.Array | list[object]] = {
         "event_id": [str(uuid.uuid4()) for _ in range(n)],
         "event_time": event_time,
-        "producer": ["simulator.offline/0"] * n,
+        "producer": ["tests.learner.gate_offline/0"] * n,
         "reward_id": [f"{s}:{reward_fn}" for s in rows.source_id],
         "source": ["SUGGESTION"] * n,
         "source_id": list(rows.source_id),
