@@ -43,7 +43,7 @@ from environments.base import Split
 from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine, Job
 from fleet.prefix_cache import PrefixCache
-from fleet.rollouts import AgentPolicy
+from fleet.rollout_worker import AgentPolicy
 from fleet.subscriber import Routed, ServedModel, ServingSnapshot
 from flywheel.listen import listen
 from flywheel.settings import Settings

@@ -46,7 +46,7 @@ from flywheel.errors import MetricsError
 
 if TYPE_CHECKING:  # the collectors only read attributes: no Kafka or faust import at run time
     from feature_store.processor import ProcessorStatus
-    from fleet.rollouts import RolloutStats
+    from fleet.rollout_worker import RolloutStats
     from learner.lifecycle import LearnerStats
     from processors.joiner.stats import JoinerStats
     from processors.lake.status import SinkStatus

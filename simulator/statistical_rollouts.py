@@ -1,6 +1,6 @@
 """The simulator's fast statistical stand-in for the agent: ``RolloutResult`` groups drawn from a
 formula, no language model (the real agent is `flywheel rollouts`: an LM acting in sandboxed
-environments, fleet/rollouts.py). It keeps the suggestion-gate demo's rollout traffic cheap.
+environments, fleet/rollout_worker.py). It keeps the suggestion-gate demo's rollout traffic cheap.
 
 Each task has a hidden difficulty; a trial's quality is ``sigmoid(agent_skill_logit - difficulty
 + ε)`` with ε ~ N(0, trial_noise) per trial, so trials of one group differ and a group-relative

@@ -17,7 +17,7 @@ from ground.errors import FlywheelError
 from ground.metrics import service_registry
 from processors.joiner.config import JoinerConfig
 from processors.rewards.attribution import Windows
-from processors.rewards.rollouts import GroupPolicy
+from processors.rewards.groups import GroupPolicy
 from processors.rewards.served import FeedbackWindows
 from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS
 

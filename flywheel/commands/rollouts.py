@@ -1,4 +1,5 @@
-"""`flywheel rollouts`: a rollout worker of the agent's inference fleet (fleet/rollouts.py)."""
+"""`flywheel rollouts`: a rollout worker of the agent's inference fleet
+(fleet/rollout_worker.py)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def rollouts(
     --check sandbox` says why), unless run as `flywheel --trust-model-code rollouts`.
     """
     from environments import ENVIRONMENTS
-    from fleet.rollouts import (
+    from fleet.rollout_worker import (
         AgentPolicy,
         KafkaTaskFeed,
         RolloutWorker,

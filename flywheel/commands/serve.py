@@ -239,7 +239,7 @@ def _agent_app(
     from fleet.agent_app import create_agent_app
     from fleet.agent_engine import Engine
     from fleet.prefix_cache import PrefixCache
-    from fleet.rollouts import AgentPolicy, load_agent_policy
+    from fleet.rollout_worker import AgentPolicy, load_agent_policy
     from fleet.subscriber import ModelSubscriber
     from flywheel.clients import codec, telemetry_client
     from streams.gateway.keys import ApiKeyStore, default_key_path

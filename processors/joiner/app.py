@@ -23,14 +23,14 @@ from processors.joiner.config import JoinerConfig
 from processors.joiner.errors import JoinerError
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, offset_key
 from processors.joiner.outbox import Outbox
-from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.rollout_groups import RolloutGrouper
 from processors.joiner.state import entry_partition
 from processors.joiner.stats import JoinerStats
 from processors.joiner.transport import use_broker_highwaters
 from processors.rewards.attribution import Windows
 from processors.rewards.functions import RewardFunction
+from processors.rewards.groups import GroupPolicy
 from processors.rewards.joins import CompletionJoin
-from processors.rewards.rollouts import GroupPolicy
 from processors.rewards.served import FeedbackWindows
 from streams.serde import AvroCodec
 from streams.topics import ROLLOUTS_TOPIC

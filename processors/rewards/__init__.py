@@ -2,7 +2,7 @@
 
 ``attribution`` joins a suggestion's offer, outcome, edits and test runs by event time;
 ``functions`` holds the named, versioned reward functions (``tab@1``, ``survival@1``,
-``tests@1``); ``rollouts`` turns a group of agent trials into group-relative advantages. No
+``tests@1``); ``groups`` turns a group of agent trials into group-relative advantages. No
 Kafka here: the faust adapter in ``processors/joiner/`` connects these to the topics.
 """
 
@@ -25,7 +25,7 @@ from processors.rewards.functions import (
     RewardFunction,
     reward_functions,
 )
-from processors.rewards.rollouts import GroupPolicy, group_advantages, group_complete
+from processors.rewards.groups import GroupPolicy, group_advantages, group_complete
 
 __all__ = [
     "REWARD_FUNCTIONS",

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine, Job
 from fleet.prefix_cache import PrefixCache
-from fleet.rollouts import AgentPolicy
+from fleet.rollout_worker import AgentPolicy
 from fleet.subscriber import Routed, ServedModel, ServingSnapshot
 from policies.agent_sampling import SamplingParams, sample
 from schemas.enums import Channel

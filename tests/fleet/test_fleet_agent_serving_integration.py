@@ -22,7 +22,7 @@ import uvicorn
 from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine
 from fleet.prefix_cache import PrefixCache
-from fleet.rollouts import AgentPolicy, load_agent_policy
+from fleet.rollout_worker import AgentPolicy, load_agent_policy
 from fleet.subscriber import ModelSubscriber, canary_bucket
 from flywheel.clients import codec as make_codec
 from flywheel.listen import listen

@@ -6,7 +6,7 @@ from itertools import islice
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import training_tasks
-from fleet.rollouts import pool_tasks
+from fleet.rollout_worker import pool_tasks
 
 
 def test_pooled_tasks_are_the_training_tasks_in_groups_of_the_asked_size() -> None:

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from fleet.rollouts import AgentPolicy, RolloutWorker, load_agent_policy, pool_tasks
+from fleet.rollout_worker import AgentPolicy, RolloutWorker, load_agent_policy, pool_tasks
 from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
@@ -37,7 +37,7 @@ from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry, ModelTopics
 from policies.agent_lm import AgentModelConfig, load_checkpoint
 from policies.agent_sampling import SamplingParams, sample
-from processors.rewards.rollouts import group_advantages
+from processors.rewards.groups import group_advantages
 from schemas.enums import Channel, ModelEventType
 from schemas.events import RolloutResult
 from streams.admin import TopicAdmin

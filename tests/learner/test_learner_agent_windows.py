@@ -22,7 +22,7 @@ from learner.recipes.agent_rl.windows import (
     build_agent_window,
     group_number,
 )
-from processors.rewards.rollouts import group_advantages
+from processors.rewards.groups import group_advantages
 from processors.rewards.served import (
     FeedbackWindows,
     PendingCompletion,

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from environments.base import Score
 from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine
-from fleet.rollouts import AgentPolicy
+from fleet.rollout_worker import AgentPolicy
 from schemas.enums import AgentReaction
 from schemas.events import AgentCompletion, AgentFeedback
 from simulator.agent_users import AgentUsers, AgentUsersConfig, react

@@ -12,12 +12,12 @@ from typing import Any
 
 from contracts.dead_letters import DeadLetter
 from processors.joiner.joiner import Outputs, RewardJoiner, SourceRecord, watermark_key
-from processors.joiner.rollouts import RolloutGrouper
+from processors.joiner.rollout_groups import RolloutGrouper
 from processors.joiner.state import DictState
 from processors.joiner.stats import JoinerStats
 from processors.rewards.attribution import PendingSuggestion, Windows, reward_id
 from processors.rewards.functions import reward_functions
-from processors.rewards.rollouts import GroupPolicy
+from processors.rewards.groups import GroupPolicy
 from schemas.enums import Outcome
 from schemas.events import EditObserved, Event, RolloutResult, SuggestionOutcome
 from streams.serde import AvroCodec

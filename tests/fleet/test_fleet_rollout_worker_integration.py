@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from fleet.rollouts import (
+from fleet.rollout_worker import (
     AgentPolicy,
     KafkaTaskFeed,
     RolloutWorker,

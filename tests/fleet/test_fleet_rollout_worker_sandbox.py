@@ -13,8 +13,8 @@ import pytest
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.sandbox import STATUSES
-from fleet import rollouts
-from fleet.rollouts import AgentPolicy, RolloutWorker, TaskRequest
+from fleet import rollout_worker
+from fleet.rollout_worker import AgentPolicy, RolloutWorker, TaskRequest
 from fleet.subscriber import Routed
 from policies.agent_sampling import Completion, SamplingParams
 from schemas.enums import Channel
@@ -60,7 +60,7 @@ def test_eight_hostile_trials_of_one_group_are_contained(
         return [[Completion((1,), (2, 3), (-0.5, -0.5), body, True) for body in bodies]
                 for _ in prompts]  # fmt: skip
 
-    monkeypatch.setattr(rollouts, "sample", hostile_sample)
+    monkeypatch.setattr(rollout_worker, "sample", hostile_sample)
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
     worker = RolloutWorker(_Subscriber(), ENVIRONMENTS,  # type: ignore[arg-type]
                            sampling=SamplingParams(0.4, 1.0, 24), producer="test")  # fmt: skip

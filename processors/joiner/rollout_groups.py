@@ -39,7 +39,7 @@ from processors.joiner.holes import DEFAULT_HOLE_ACCEPT_S, OffsetHoles
 from processors.joiner.joiner import Outputs, SourceRecord, State, now_utc, offset_key
 from processors.joiner.state import MARK, Batch, ChangelogState, DictState
 from processors.joiner.stats import JoinerStats
-from processors.rewards.rollouts import GroupPolicy, group_advantages
+from processors.rewards.groups import GroupPolicy, group_advantages
 from schemas.errors import SchemaError
 from schemas.events import RolloutResult
 from schemas.records import encode_time

@@ -10,7 +10,7 @@ from fastavro.validation import validate
 
 from processors.rewards.attribution import REWARD_NAMESPACE
 from processors.rewards.errors import RewardError
-from processors.rewards.rollouts import GroupPolicy, group_advantages, group_complete
+from processors.rewards.groups import GroupPolicy, group_advantages, group_complete
 from schemas.catalog import parsed_schema
 from schemas.enums import RewardSource
 from tests.processors.rewards.reward_events import PRODUCER, T0_MS, at, rollout
