@@ -20,6 +20,7 @@ from learner.errors import LearnerError
 from learner.gate import GateConfig
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import ObjectiveConfig
+from model_registry.canary import CanaryConfig
 from policies.gate_net import GateNetConfig
 from streams.topics import REWARDS_TOPIC
 
@@ -42,18 +43,6 @@ class StreamsConfig:
 
     replay_fraction: float = 0.3
     max_replay_windows: int = 8
-
-
-@dataclass(frozen=True)
-class CanaryConfig:
-    """Canary rollout: share of users, and when the online comparison decides."""
-
-    traffic_fraction: float = 0.25
-    min_requests: int = 1500  # per arm, before a decision
-    max_requests: int = 4000  # canary requests; then the point estimate decides
-    confidence: float = 0.95
-    tolerance: float = 0.005  # non-inferiority margin (reward per request)
-    timeout_s: float = 300.0  # no decision by then → roll back (the canary is not shown better)
 
 
 @dataclass(frozen=True)

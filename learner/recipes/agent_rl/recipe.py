@@ -34,7 +34,7 @@ import torch
 
 from contracts.advantages import GROUP_REWARD_FN
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.config import CanaryConfig, StreamsConfig, load_config
+from learner.config import StreamsConfig, load_config
 from learner.data.replay import plan_streams
 from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
@@ -49,6 +49,7 @@ from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
 from learner.recipes.agent_rl.windows import AgentLakeReads, TokenWindowConfig, build_agent_window
 from learner.recipes.agent_sft.recipe import SFT_TRAINING, EvalConfig
 from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.canary import CanaryConfig
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from schemas.enums import Channel, ModelEventType
