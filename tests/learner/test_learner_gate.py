@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learner.errors import LearnerError
-from learner.gate import GateConfig, OffPolicyGate
+from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
 from learner.recipes.gate.samples import RewardRows
 from schemas.events import ModelVersionEvent
 from simulator import HeuristicPolicy

@@ -1,12 +1,12 @@
-"""The off-policy gate: the release decision before a canary (the canary's verdict is
+"""The gate recipe's release check: the off-policy gate before a canary (the canary's verdict is
 model_registry.canary's).
 
 :class:`OffPolicyGate` scores candidate and production on the same held-out rows (paired, see
-learner.ope) and passes the candidate when the lower confidence bound of the paired DR difference
-is above ``-tolerance`` and the candidate's importance weights keep an effective sample size of at
-least ``min_effective_sample_size``. Its reward model is cross-fitted on the held-out rows
-themselves (two folds by row parity) unless one fitted on training data is given, so q̂ never
-scores the rows it was fitted on.
+learner.recipes.gate.ope) and passes the candidate when the lower confidence bound of the paired
+DR difference is above ``-tolerance`` and the candidate's importance weights keep an effective
+sample size of at least ``min_effective_sample_size``. Its reward model is cross-fitted on the
+held-out rows themselves (two folds by row parity) unless one fitted on training data is given,
+so q̂ never scores the rows it was fitted on.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from learner.bootstrap import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE
 from learner.errors import LearnerError
-from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, PairedComparison, compare
 from learner.recipes.gate.objective import RewardModel, fit_reward_model
+from learner.recipes.gate.ope import PairedComparison, compare
 from learner.recipes.gate.samples import RewardRows
 from policies.context import INDEX
 from policies.policy import RequestBatch
