@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from feature_store import OnlineFeatureStore, load_features
-from learner.gate import GateConfig, GatePolicy, OffPolicyGate
 from learner.recipes.gate.features import (
     OnlineFeatureProvider,
     feature_columns,
@@ -31,6 +30,7 @@ from learner.recipes.gate.features import (
 )
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
+from learner.recipes.gate.off_policy_check import GateConfig, GatePolicy, OffPolicyGate
 from learner.recipes.gate.reward_rows import load_rows
 from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy

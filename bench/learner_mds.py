@@ -36,9 +36,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learner.gate import GateConfig, OffPolicyGate
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
+from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
 from learner.recipes.gate.samples import RewardRows, SampleSpec
 from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy

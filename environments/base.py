@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from environments.errors import TaskEnvironmentError
 
@@ -72,6 +72,14 @@ class Environment(Protocol):
         """``n`` tasks of ``split``, the same for the same seed; ``eval`` tasks never appear in
         ``train``."""
         ...
+
+
+@runtime_checkable
+class Demonstrator(Protocol):
+    """An environment that knows a correct completion of its tasks (for supervised warm-up:
+    the agent-sft recipe needs one)."""
+
+    def solution(self, task: Task) -> str: ...
 
 
 @dataclass

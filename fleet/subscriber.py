@@ -19,7 +19,6 @@ thread).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import threading
 import time
@@ -34,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from fleet.errors import ServingError
 from ground.errors import FlywheelError
 from model_registry.artifacts import verify_artifact
+from model_registry.canary import canary_bucket
 from model_registry.registry import (
     DEFAULT_TOPICS,
     FALLBACK_VERSION,
@@ -50,7 +50,6 @@ from streams.topics import MODEL_ACKS_TOPIC, MODEL_CHANNELS_TOPIC
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 SERVED_CHANNELS = (Channel.PRODUCTION, Channel.CANARY)  # production first: a canary may reuse it
-_BUCKETS = float(1 << 64)
 
 
 @dataclass(frozen=True)
@@ -81,14 +80,6 @@ class Routed(NamedTuple, Generic[T]):
     channel: Channel
     version: int
     model: T
-
-
-def canary_bucket(model_name: str, user_id: str) -> float:
-    """A stable position in [0, 1) of ``user_id`` for ``model_name``: the same on every replica
-    and every run (blake2b, not Python's salted ``hash``). Users below the canary's
-    ``traffic_fraction`` are routed to the canary, so a larger fraction keeps the same users."""
-    digest = hashlib.blake2b(f"{model_name}:{user_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / _BUCKETS
 
 
 class ModelSubscriber(Generic[T]):

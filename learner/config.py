@@ -1,103 +1,23 @@
-"""The learner's recipe configuration: one YAML file, one typed section per stage.
+"""Recipe configs from YAML: one file per run, one typed section (a frozen dataclass) per stage.
 
-``learner/recipes/gate/configs/default.yaml`` holds every key with its default; a file passed with
-``flywheel learn --config`` may set any subset. Unknown keys and wrong values are errors that
-name the key, so a typo never silently falls back to a default.
+Each recipe declares its config dataclass and default file in its folder (``learner/recipes/<name>/
+config.py`` or ``recipe.py``, ``configs/*.yaml``); a file passed with ``flywheel learn --config``
+may set any subset of its keys. Unknown keys and wrong values are errors that name the key, so a
+typo never silently falls back to a default.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
-from learner.gate import GateConfig
-from learner.recipes.gate.holdout import HoldoutSplit
-from learner.recipes.gate.objective import ObjectiveConfig
-from policies.gate_net import GateNetConfig
-from streams.topics import REWARDS_TOPIC
 
-DEFAULT_CONFIG_PATH = Path(__file__).parent / "recipes" / "gate" / "configs" / "default.yaml"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class WindowsConfig:
-    """learner.recipes.gate.windows.build_window options."""
-
-    topic: str = REWARDS_TOPIC
-    rows_per_sample: int = 64
-    compression: str | None = None
-
-
-@dataclass(frozen=True)
-class StreamsConfig:
-    """learner.data.replay.plan_streams options: the new windows and the replay mix."""
-
-    replay_fraction: float = 0.3
-    max_replay_windows: int = 8
-
-
-@dataclass(frozen=True)
-class CanaryConfig:
-    """Canary rollout: share of users, and when the online comparison decides."""
-
-    traffic_fraction: float = 0.25
-    min_requests: int = 1500  # per arm, before a decision
-    max_requests: int = 4000  # canary requests; then the point estimate decides
-    confidence: float = 0.95
-    tolerance: float = 0.005  # non-inferiority margin (reward per request)
-    timeout_s: float = 300.0  # no decision by then → roll back (the canary is not shown better)
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """When a new version is trained."""
-
-    min_new_rows: int = 4000  # training rows (held-out excluded) in windows not yet trained on
-    heldout_windows: int = 4  # the gate evaluates on held-out rows of this many newest windows
-    poll_s: float = 2.0
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """Every section of a learner config file."""
-
-    reward_fn: str = "tab@1"
-    windows: WindowsConfig = field(default_factory=WindowsConfig)
-    holdout: HoldoutSplit = field(default_factory=HoldoutSplit)
-    streams: StreamsConfig = field(default_factory=StreamsConfig)
-    policy: GateNetConfig = field(default_factory=GateNetConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    train: TrainerConfig = field(default_factory=TrainerConfig)  # save_dir, init_from: per run
-    gate: GateConfig = field(default_factory=GateConfig)
-    canary: CanaryConfig = field(default_factory=CanaryConfig)
-    loop: LoopConfig = field(default_factory=LoopConfig)
-    # Declared feature-store features (docs/features.md) appended to the policy input, offline point
-    # in time and online at serving (learner.recipes.gate.features); empty: the context vector only.
-    features: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.features, str) or not isinstance(self.features, (list, tuple)):
-            raise LearnerError(f"features must be a list of feature names, got {self.features!r}.")
-        if self.features:
-            # loads the declarations
-            from learner.recipes.gate.features import validate_feature_names
-
-            object.__setattr__(self, "features", validate_feature_names(self.features))
-        else:
-            object.__setattr__(self, "features", ())
-
-    @classmethod
-    def load(cls, path: Path = DEFAULT_CONFIG_PATH) -> LearnerConfig:
-        """Read ``path``; LearnerError naming the file and key for anything it cannot use."""
-        return load_config(cls, path)
 
 
 def load_config(cls: type[T], path: Path) -> T:

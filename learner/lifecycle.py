@@ -16,9 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from learner.config import CanaryConfig
-from learner.gate import CanaryVerdict, canary_decision
-from model_registry.canary import CanaryMonitor
+from model_registry.canary import CanaryConfig, CanaryMonitor, CanaryVerdict, canary_decision
 from model_registry.registry import DECIDED, ModelRegistry
 from schemas.enums import ModelEventType
 from streams.serde import AvroCodec

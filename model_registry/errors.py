@@ -9,3 +9,7 @@ class ModelRegistryError(FlywheelError):
 
 class ArtifactError(ModelRegistryError):
     """An artifact is missing, incomplete, tampered with, or cannot be published."""
+
+
+class CanaryError(ModelRegistryError):
+    """A canary setting that cannot decide anything (confidence or min_requests out of range)."""

@@ -17,8 +17,9 @@ from flywheel.metrics import LearnerCollector, metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.metrics import service_registry
-from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
-from learner.loop import ContinuousLearner, LearnerPaths
+from learner.continuous import LearnerPaths
+from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
+from learner.recipes.gate.recipe import ContinuousLearner
 from simulator import DEFAULT_CONFIG_PATH as SIMULATOR_CONFIG_PATH
 from simulator import build_policy, load_config
 

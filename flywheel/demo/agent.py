@@ -27,7 +27,7 @@ import duckdb
 from contracts.advantages import DEFAULT_GROUP_SIZE
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
-from learner.loop import WINDOW_LAST_EVENT_METRIC
+from learner.continuous import WINDOW_LAST_EVENT_METRIC
 from learner.recipes.agent_rl.windows import TRIALS, RowSource
 from model_registry.registry import DECIDED, VersionState
 from schemas.enums import ModelEventType

@@ -35,8 +35,8 @@ from flywheel.demo.results import RunResults
 from flywheel.demo.workers import Workers, WorkerSpec
 from flywheel.listen import free_port
 from flywheel.settings import Settings
-from learner.config import LearnerConfig
 from learner.recipes.agent_rl.windows import SERVED
+from learner.recipes.gate.config import LearnerConfig
 from learner.recipes.gate.features import OnlineFeatureProvider
 from model_registry.registry import DECIDED, ModelRegistry, VersionState
 from policies.gate_net import FeatureProvider, load_policy

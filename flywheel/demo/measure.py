@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 
 from fleet.subscriber import Routed
 from flywheel.demo.results import TimelinePoint, VersionResult
-from learner.gate import VALUE_LOWER_METRIC, VALUE_UPPER_METRIC
-from learner.loop import WINDOW_LAST_EVENT_METRIC
+from learner.continuous import WINDOW_LAST_EVENT_METRIC
+from learner.recipes.gate.off_policy_check import VALUE_LOWER_METRIC, VALUE_UPPER_METRIC
 from model_registry.registry import DECIDED, VersionState
 from policies.policy import Policy
 from schemas.enums import ModelEventType

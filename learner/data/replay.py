@@ -12,6 +12,14 @@ from learner.errors import LearnerError
 
 
 @dataclass(frozen=True)
+class StreamsConfig:
+    """learner.data.replay.plan_streams options: the new windows and the replay mix."""
+
+    replay_fraction: float = 0.3
+    max_replay_windows: int = 8
+
+
+@dataclass(frozen=True)
 class StreamChoice:
     """One window in a training run's mix: its MDS directory and its sampling proportion."""
 

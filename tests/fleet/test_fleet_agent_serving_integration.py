@@ -23,11 +23,12 @@ from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine
 from fleet.prefix_cache import PrefixCache
 from fleet.rollout_worker import AgentPolicy, load_agent_policy
-from fleet.subscriber import ModelSubscriber, canary_bucket
+from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec as make_codec
 from flywheel.listen import listen
 from flywheel.settings import Settings
 from model_registry.artifacts import publish_artifact
+from model_registry.canary import canary_bucket
 from model_registry.registry import ModelRegistry, ModelTopics
 from policies.agent_lm import AgentModelConfig, build_model, save_checkpoint
 from schemas.enums import AgentReaction

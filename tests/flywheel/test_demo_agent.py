@@ -8,7 +8,7 @@ import pytest
 
 from flywheel.demo.agent import agent_specs, agent_version_results, torch_threads_env
 from flywheel.demo.loop import DemoOptions, _agent_line
-from learner.loop import WINDOW_LAST_EVENT_METRIC
+from learner.continuous import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import NO_WINDOW, fold_versions
 from schemas.enums import ModelEventType
 from schemas.events import ModelVersionEvent

@@ -105,7 +105,7 @@ def test_feature_processor_metrics() -> None:
 
 @dataclass
 class LearnerStats:
-    """learner.lifecycle.LearnerStats's fields (importing learner.loop loads torch: ~10 s)."""
+    """learner.lifecycle.LearnerStats's fields (importing a recipe loads torch: ~10 s)."""
 
     train_rows: int
     decisions: Counter[str]

@@ -27,13 +27,14 @@ from fleet.rollout_worker import AgentPolicy, RolloutWorker, load_agent_policy, 
 from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.config import CanaryConfig
+from learner.continuous import LearnerPaths
 from learner.engine.causal_lm import next_token_logprobs
 from learner.engine.trainer import TrainerConfig
-from learner.loop import LearnerPaths
+from learner.eval_suite import EvalConfig
 from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
-from learner.recipes.agent_sft.recipe import AgentSFTConfig, CorpusConfig, EvalConfig, run_sft
+from learner.recipes.agent_sft.recipe import AgentSFTConfig, CorpusConfig, run_sft
 from model_registry.artifacts import publish_artifact
+from model_registry.canary import CanaryConfig
 from model_registry.registry import ModelRegistry, ModelTopics
 from policies.agent_lm import AgentModelConfig, load_checkpoint
 from policies.agent_sampling import SamplingParams, sample

@@ -13,11 +13,11 @@ from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_to
 from learner.engine.causal_lm import CausalLMTask, attention_mask, next_token_logprobs
 from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
+from learner.eval_suite import EvalConfig
 from learner.recipes.agent_sft.recipe import (
     DEFAULT_SFT_CONFIG,
     AgentSFTConfig,
     CorpusConfig,
-    EvalConfig,
     run_sft,
 )
 from policies.agent_lm import AgentModelConfig, load_checkpoint

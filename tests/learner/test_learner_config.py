@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.engine.durations import Duration
 from learner.errors import LearnerError
+from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 
 CONFIGS = sorted(DEFAULT_CONFIG_PATH.parent.glob("*.yaml"))
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from feature_store import OnlineFeatureStore, load_features
-from learner.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.errors import LearnerError
+from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.recipes.gate.features import (
     OnlineFeatureProvider,
     feature_columns,

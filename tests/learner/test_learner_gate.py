@@ -1,4 +1,4 @@
-"""The off-policy gate and the canary decision."""
+"""The off-policy gate (the canary's decision is tested in tests/model_registry)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learner.errors import LearnerError
-from learner.gate import CanaryVerdict, GateConfig, OffPolicyGate, canary_decision
+from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
 from learner.recipes.gate.samples import RewardRows
 from policies.policy import HeuristicPolicy
 from schemas.events import ModelVersionEvent
@@ -69,24 +69,6 @@ def test_too_few_effective_samples_fail_the_gate() -> None:
     assert not decision.passed and "effective sample size" in decision.reason
     with pytest.raises(LearnerError):
         gate.decide(_Threshold(0.0), HeuristicPolicy(), _heldout(0))
-
-
-def test_canary_decisions() -> None:
-    rng = np.random.default_rng(0)
-    production = rng.choice([0.75, -0.25, 0.0], p=[0.25, 0.7, 0.05], size=20_000)
-    better = rng.choice([0.75, -0.25, 0.0], p=[0.22, 0.28, 0.5], size=20_000)
-    worse = rng.choice([0.75, -0.25, 0.0], p=[0.1, 0.85, 0.05], size=20_000)
-    decide = canary_decision
-    assert decide(better[:50], production, min_requests=100).verdict is CanaryVerdict.CONTINUE
-    assert decide(better, production, min_requests=100).verdict is CanaryVerdict.PROMOTE
-    rolled = decide(worse, production, min_requests=100)
-    assert rolled.verdict is CanaryVerdict.ROLLBACK and rolled.difference_upper < 0
-    same = production[:300]
-    assert decide(same, production, min_requests=100).verdict is CanaryVerdict.CONTINUE
-    final = decide(same, production, min_requests=100, max_requests=300)
-    assert final.verdict in (CanaryVerdict.PROMOTE, CanaryVerdict.ROLLBACK)
-    with pytest.raises(LearnerError):
-        decide(better, production, min_requests=100, confidence=0.2)
 
 
 def test_a_tie_with_production_is_not_a_new_version() -> None:

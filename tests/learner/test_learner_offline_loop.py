@@ -9,9 +9,9 @@ import copy
 
 import numpy as np
 
-from learner.gate import GateConfig, OffPolicyGate
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
+from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
 from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy, Policy

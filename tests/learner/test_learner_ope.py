@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from learner.bootstrap import mean_lower
 from learner.errors import LearnerError
-from learner.ope import (
+from learner.recipes.gate.ope import (
     compare,
     dr_terms,
     effective_sample_size,
     importance_weights,
     ips,
-    mean_lower,
     snips,
 )
 

@@ -16,9 +16,9 @@ import torch
 
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.loop import LearnerPaths
+from learner.continuous import LearnerPaths
+from learner.eval_suite import EvalConfig
 from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
-from learner.recipes.agent_sft.recipe import EvalConfig
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry, ModelTopics
 from policies.agent_lm import AgentModelConfig, build_model, save_checkpoint

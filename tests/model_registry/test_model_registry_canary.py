@@ -1,4 +1,5 @@
-"""The canary comparison adjusts for which users landed in which arm (CUPED)."""
+"""The canary: the split of users, its verdict, and the comparison adjusted for which users
+landed in which arm (CUPED)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from learner.gate import CanaryVerdict, canary_decision
-from model_registry.canary import cuped_adjust, user_baselines
+from model_registry.canary import (
+    CanaryVerdict,
+    canary_bucket,
+    canary_decision,
+    cuped_adjust,
+    user_baselines,
+)
+from model_registry.errors import CanaryError
 
 
 def _arms(effect: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -97,3 +105,37 @@ def test_one_tasks_trials_are_one_cluster() -> None:
     )  # fmt: skip
     assert naive.verdict is CanaryVerdict.ROLLBACK
     assert clustered.verdict is CanaryVerdict.CONTINUE
+
+
+def test_canary_decisions() -> None:
+    rng = np.random.default_rng(0)
+    production = rng.choice([0.75, -0.25, 0.0], p=[0.25, 0.7, 0.05], size=20_000)
+    better = rng.choice([0.75, -0.25, 0.0], p=[0.22, 0.28, 0.5], size=20_000)
+    worse = rng.choice([0.75, -0.25, 0.0], p=[0.1, 0.85, 0.05], size=20_000)
+    decide = canary_decision
+    assert decide(better[:50], production, min_requests=100).verdict is CanaryVerdict.CONTINUE
+    assert decide(better, production, min_requests=100).verdict is CanaryVerdict.PROMOTE
+    rolled = decide(worse, production, min_requests=100)
+    assert rolled.verdict is CanaryVerdict.ROLLBACK and rolled.difference_upper < 0
+    same = production[:300]
+    assert decide(same, production, min_requests=100).verdict is CanaryVerdict.CONTINUE
+    final = decide(same, production, min_requests=100, max_requests=300)
+    assert final.verdict in (CanaryVerdict.PROMOTE, CanaryVerdict.ROLLBACK)
+    with pytest.raises(CanaryError):
+        decide(better, production, min_requests=100, confidence=0.2)
+
+
+def test_canary_bucket_is_stable_uniform_and_per_model() -> None:
+    users = [f"user-{i}" for i in range(20_000)]
+    buckets = [canary_bucket("gate", u) for u in users]
+    assert buckets == [canary_bucket("gate", u) for u in users]
+    assert all(0.0 <= b < 1.0 for b in buckets)
+    for fraction in (0.05, 0.1, 0.5):
+        share = sum(b < fraction for b in buckets) / len(buckets)
+        assert abs(share - fraction) < 0.01
+    other = [canary_bucket("other-model", u) for u in users[:100]]
+    assert other != buckets[:100]
+    # A larger canary keeps the users a smaller one had.
+    small = {u for u, b in zip(users, buckets, strict=True) if b < 0.1}
+    large = {u for u, b in zip(users, buckets, strict=True) if b < 0.2}
+    assert small < large

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from learner.bootstrap import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, mean_lower
 from learner.errors import LearnerError
 from learner.eval_suite import EvalResult
-from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, mean_lower
 
 
 @dataclass(frozen=True)

@@ -34,21 +34,21 @@ import torch
 
 from contracts.advantages import GROUP_REWARD_FN
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.config import CanaryConfig, StreamsConfig, load_config
-from learner.data.replay import plan_streams
+from learner.config import load_config
+from learner.continuous import WINDOW_LAST_EVENT_METRIC, LearnerPaths
+from learner.data.replay import StreamsConfig, plan_streams
 from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalResult, evaluate
+from learner.eval_suite import EvalConfig, EvalResult, evaluate
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
-from learner.loop import WINDOW_LAST_EVENT_METRIC, LearnerPaths
 from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
 from learner.recipes.agent_rl.windows import AgentLakeReads, TokenWindowConfig, build_agent_window
-from learner.recipes.agent_sft.recipe import SFT_TRAINING, EvalConfig
 from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.canary import CanaryConfig
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from schemas.enums import Channel, ModelEventType
@@ -69,9 +69,16 @@ class AgentLoopConfig:
 
 
 # One optimizer step = 8 samples x 16 rows = 128 trials; a fixed budget per version (a pass over
-# "all new trials" grows with every slow cycle while the rollout workers keep sampling).
-AGENT_TRAINING = dataclasses.replace(
-    SFT_TRAINING, batch_size=8, duration="12ba", checkpoint_interval="4ba", lr=3e-4
+# "all new trials" grows with every slow cycle while the rollout workers keep sampling). Clipped
+# and streamed like the warm-up (learner.recipes.agent_sft.recipe.SFT_TRAINING: the versions keep
+# the sample order they were measured in).
+AGENT_TRAINING = TrainerConfig(
+    batch_size=8,
+    duration="12ba",
+    checkpoint_interval="4ba",
+    lr=3e-4,
+    grad_clip_norm=1.0,
+    loader="streaming",
 )
 AGENT_CANARY = CanaryConfig(
     traffic_fraction=0.5, min_requests=96, max_requests=384, tolerance=0.03, timeout_s=120.0

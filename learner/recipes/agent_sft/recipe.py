@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedModel
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import Task
+from environments.base import Demonstrator
 from learner.config import load_config
 from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.engine.causal_lm import CausalLMTask
@@ -32,7 +31,7 @@ from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalResult, evaluate
+from learner.eval_suite import EvalConfig, EvalResult, evaluate
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -47,13 +46,6 @@ DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "sft.yaml"
 SFT_REWARD_FN = "sft@1"  # the first version learns from references, not from a reward
 
 
-@runtime_checkable
-class Demonstrator(Protocol):
-    """An environment that knows a correct completion of its tasks (for supervised warm-up)."""
-
-    def solution(self, task: Task) -> str: ...
-
-
 @dataclass(frozen=True)
 class CorpusConfig:
     """The supervised corpus: training tasks with their reference solutions."""
@@ -62,14 +54,6 @@ class CorpusConfig:
     seed: int = 0
     seq_len: int = 112  # tokens per row; prompt starts are cut to fit
     rows_per_sample: int = 16
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """The eval suite: the first ``tasks`` held-out tasks, greedy."""
-
-    tasks: int = 1000  # a lift of 2 points is significant on 1,000 paired tasks, not on 200
-    max_new_tokens: int = 24
 
 
 # The recipe's training budget (the engine's own defaults are the gate's): 300 steps of 64

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from flywheel.clients import codec
 from flywheel.settings import Settings
-from learner.loop import LearnerPaths
+from learner.continuous import LearnerPaths
+from learner.eval_suite import EvalConfig
 from learner.recipes.agent_rl.eval_check import AgentGateConfig
 from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
-from learner.recipes.agent_sft.recipe import EvalConfig
 from model_registry.registry import ModelRegistry, ModelTopics
 
 

@@ -1,31 +1,25 @@
-"""Release decisions: the off-policy gate before a canary, and the canary's online verdict.
+"""The gate recipe's release check: the off-policy gate before a canary (the canary's verdict is
+model_registry.canary's).
 
 :class:`OffPolicyGate` scores candidate and production on the same held-out rows (paired, see
-learner.ope) and passes the candidate when the lower confidence bound of the paired DR difference
-is above ``-tolerance`` and the candidate's importance weights keep an effective sample size of at
-least ``min_effective_sample_size``. Its reward model is cross-fitted on the held-out rows
-themselves (two folds by row parity) unless one fitted on training data is given, so q̂ never
-scores the rows it was fitted on.
-
-:func:`canary_decision` compares realised reward per request of canary and production traffic
-(one-sided normal test of the difference of means; rewards are bounded, so the CLT applies at
-the sizes a canary sees): significantly worse → ROLLBACK, not worse at ``confidence`` → PROMOTE,
-otherwise CONTINUE until ``max_requests``, where the point estimate decides.
+learner.recipes.gate.ope) and passes the candidate when the lower confidence bound of the paired
+DR difference is above ``-tolerance`` and the candidate's importance weights keep an effective
+sample size of at least ``min_effective_sample_size``. Its reward model is cross-fitted on the
+held-out rows themselves (two folds by row parity) unless one fitted on training data is given,
+so q̂ never scores the rows it was fitted on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from statistics import NormalDist
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from learner.bootstrap import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE
 from learner.errors import LearnerError
-from learner.ope import DEFAULT_BOOTSTRAP, DEFAULT_CONFIDENCE, PairedComparison, compare
 from learner.recipes.gate.objective import RewardModel, fit_reward_model
+from learner.recipes.gate.ope import PairedComparison, compare
 from learner.recipes.gate.samples import RewardRows
 from policies.context import INDEX
 from policies.policy import RequestBatch
@@ -218,117 +212,3 @@ def _reward_predictions(
             model = fit_reward_model(rows.take(~fold))
         q_show[fold], q_suppress[fold] = model.predict(features[fold])
     return q_show, q_suppress
-
-
-class CanaryVerdict(StrEnum):
-    """What to do with a canary."""
-
-    PROMOTE = "PROMOTE"
-    ROLLBACK = "ROLLBACK"
-    CONTINUE = "CONTINUE"
-
-
-@dataclass(frozen=True)
-class CanaryDecision:
-    """The canary's verdict with realised reward per request of both arms."""
-
-    verdict: CanaryVerdict
-    reason: str
-    canary_requests: int
-    production_requests: int
-    canary_reward_per_request: float
-    production_reward_per_request: float
-    difference_lower: float  # one-sided bounds on canary - production at ``confidence``
-    difference_upper: float
-    confidence: float
-
-
-def canary_decision(
-    canary_rewards: np.ndarray,
-    production_rewards: np.ndarray,
-    *,
-    min_requests: int,
-    confidence: float = DEFAULT_CONFIDENCE,
-    tolerance: float = 0.0,
-    max_requests: int | None = None,
-    canary_clusters: Sequence[str | None] | None = None,
-    production_clusters: Sequence[str | None] | None = None,
-) -> CanaryDecision:
-    """Judge a canary from realised per-request rewards (suppressed requests count as 0).
-
-    CONTINUE while either arm has fewer than ``min_requests``; ROLLBACK when the upper bound of
-    canary - production is below ``-tolerance`` (significantly worse); PROMOTE when the lower
-    bound is above ``-tolerance``; at ``max_requests`` canary requests the sign of the point
-    difference + tolerance decides. ``*_clusters`` (each request's user, or each trial's task
-    group) make the standard errors cluster-robust: arms are split by user and one user's
-    requests are correlated (as are one task's trials), so treating them as independent would
-    overstate the evidence. LearnerError for a confidence outside [0.5, 1).
-    """
-    if not 0.5 <= confidence < 1.0 or min_requests < 2:
-        raise LearnerError(
-            f"canary confidence {confidence} must be in [0.5, 1) and min_requests "
-            f"{min_requests} >= 2."
-        )
-    canary = np.asarray(canary_rewards, dtype=np.float64)
-    production = np.asarray(production_rewards, dtype=np.float64)
-    n_c, n_p = len(canary), len(production)
-    mean_c = float(canary.mean()) if n_c else 0.0
-    mean_p = float(production.mean()) if n_p else 0.0
-    lower, upper = -np.inf, np.inf
-    if n_c >= 2 and n_p >= 2:
-        se = float(np.sqrt(_mean_variance(canary, canary_clusters)
-                           + _mean_variance(production, production_clusters)))  # fmt: skip
-        z = NormalDist().inv_cdf(confidence)
-        lower, upper = mean_c - mean_p - z * se, mean_c - mean_p + z * se
-    verdict, why = _canary_verdict(
-        n_c, n_p, mean_c - mean_p, lower, upper, min_requests, tolerance, max_requests
-    )
-    reason = (
-        f"{why}: canary {mean_c:.4f} vs production {mean_p:.4f} reward/request over {n_c} / "
-        f"{n_p} requests, difference bounds [{lower:+.4f}, {upper:+.4f}] at {confidence:.0%}"
-    )
-    return CanaryDecision(
-        verdict, reason, n_c, n_p, mean_c, mean_p, float(lower), float(upper), confidence
-    )
-
-
-def _mean_variance(values: np.ndarray, users: Sequence[str | None] | None) -> float:
-    """Variance of the mean of ``values``: per request, or clustered by user when given.
-
-    Cluster-robust: sum over users of (their sum of residuals)^2 / n^2, times G / (G - 1) for G
-    users; requests without a user count as their own cluster.
-    """
-    n = len(values)
-    if users is None:
-        return float(values.var(ddof=1) / n)
-    residual = values - values.mean()
-    keys = [u if u is not None else f"\0{i}" for i, u in enumerate(users)]
-    _, cluster = np.unique(np.asarray(keys, dtype=object), return_inverse=True)
-    sums = np.bincount(cluster, weights=residual)
-    g = len(sums)
-    if g < 2:
-        return float(values.var(ddof=1) / n)
-    return float((sums**2).sum() / n**2 * g / (g - 1))
-
-
-def _canary_verdict(
-    n_c: int,
-    n_p: int,
-    difference: float,
-    lower: float,
-    upper: float,
-    min_requests: int,
-    tolerance: float,
-    max_requests: int | None,
-) -> tuple[CanaryVerdict, str]:
-    if min(n_c, n_p) < min_requests:
-        return CanaryVerdict.CONTINUE, f"waiting for {min_requests} requests per arm"
-    if upper < -tolerance:
-        return CanaryVerdict.ROLLBACK, "canary is significantly worse"
-    if lower > -tolerance:
-        return CanaryVerdict.PROMOTE, "canary is not worse than production"
-    if max_requests is not None and n_c >= max_requests:
-        if difference >= -tolerance:
-            return CanaryVerdict.PROMOTE, "undecided at max_requests; point estimate not worse"
-        return CanaryVerdict.ROLLBACK, "undecided at max_requests; point estimate worse"
-    return CanaryVerdict.CONTINUE, "not yet significant either way"

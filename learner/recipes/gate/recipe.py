@@ -17,7 +17,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +24,18 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from learner.config import LearnerConfig
+from learner.continuous import WINDOW_LAST_EVENT_METRIC, LearnerPaths
 from learner.data.replay import plan_streams
 from learner.data.window_manifest import WindowRecord, read_manifest
 from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import Trainer
 from learner.errors import LearnerError
-from learner.gate import GatePolicy, OffPolicyGate
 from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
+from learner.recipes.gate.config import LearnerConfig
 from learner.recipes.gate.features import feature_columns, point_in_time_enrich
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
+from learner.recipes.gate.off_policy_check import GatePolicy, OffPolicyGate
 from learner.recipes.gate.reward_rows import Enrich, load_rows
 from learner.recipes.gate.samples import RewardRows, collate_rows
 from learner.recipes.gate.windows import build_window
@@ -47,16 +47,6 @@ from policies.policy import Policy
 from schemas.enums import Channel
 from schemas.events import LakeOffsetRange, TrainingWindow
 from streams.serde import AvroCodec
-
-WINDOW_LAST_EVENT_METRIC = "window_last_attributed_ms"
-
-
-@dataclass(frozen=True)
-class LearnerPaths:
-    lake: Path
-    mds_root: Path  # mds/<dataset>/ per model
-    models_root: Path  # models/<model>/<version>/ artifacts
-    runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
 
 
 class ContinuousLearner:

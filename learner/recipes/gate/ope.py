@@ -13,23 +13,26 @@ q̂(show) = 0.75 p̂ - 0.25 (1 - p̂) and q̂(suppress) = 0). Importance weight 
 * ESS  = (Σ w)² / Σ w²: how many on-policy rows the weighted sample is worth.
 
 Comparisons are paired: candidate and production are scored on the same rows, and the bootstrap
-(seeded) gives a one-sided lower bound on the difference. With ``clusters`` (the rows' user ids)
-it resamples whole users, not rows: one user's requests share a hidden preference (a skeptic's
-dozens of rows move together), so rows are not independent and a row bootstrap is too narrow.
+(seeded, learner.bootstrap) gives a one-sided lower bound on the difference. With ``clusters``
+(the rows' user ids) it resamples whole users, not rows: one user's requests share a hidden
+preference (a skeptic's dozens of rows move together), so rows are not independent and a row
+bootstrap is too narrow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from learner.bootstrap import (
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_CONFIDENCE,
+    bootstrap_interval,
+    bootstrap_lower,
+    cluster_sums,
+)
 from learner.errors import LearnerError
-
-DEFAULT_CONFIDENCE = 0.95
-DEFAULT_BOOTSTRAP = 1000
-_CHUNK = 64  # bootstrap resamples gathered at once: bounds memory at _CHUNK * n floats
 
 
 def importance_weights(
@@ -77,75 +80,6 @@ def effective_sample_size(weights: np.ndarray) -> float:
     return float(np.sum(weights)) ** 2 / squares if squares > 0 else 0.0
 
 
-def bootstrap_lower(
-    statistic: Callable[[np.ndarray], np.ndarray],
-    n: int,
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_BOOTSTRAP,
-    seed: int = 0,
-) -> float:
-    """One-sided lower percentile bound of a statistic of n rows.
-
-    ``statistic`` takes a (b, n) matrix of resampled row indices and returns (b,) values. The
-    bound is the (1 - confidence) quantile of ``resamples`` values (seeded, reproducible).
-    """
-    _check_bootstrap(confidence, resamples, n)
-    return float(np.quantile(_resampled(statistic, n, resamples, seed), 1.0 - confidence))
-
-
-def _resampled(
-    statistic: Callable[[np.ndarray], np.ndarray], n: int, resamples: int, seed: int
-) -> np.ndarray:
-    """(resamples,) values of ``statistic`` on seeded bootstrap resamples of n rows."""
-    rng = np.random.default_rng(seed)
-    values = []
-    for start in range(0, resamples, _CHUNK):
-        b = min(_CHUNK, resamples - start)
-        values.append(statistic(rng.integers(0, n, size=(b, n))))
-    return np.concatenate(values)
-
-
-def bootstrap_interval(
-    statistic: Callable[[np.ndarray], np.ndarray],
-    n: int,
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_BOOTSTRAP,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Two-sided percentile interval at ``confidence`` (arguments as :func:`bootstrap_lower`)."""
-    _check_bootstrap(confidence, resamples, n)
-    tail = (1.0 - confidence) / 2
-    low, high = np.quantile(_resampled(statistic, n, resamples, seed), [tail, 1.0 - tail])
-    return float(low), float(high)
-
-
-def _check_bootstrap(confidence: float, resamples: int, n: int) -> None:
-    if not 0.5 <= confidence < 1.0 or resamples < 1 or n < 1:
-        raise LearnerError(
-            f"bootstrap needs confidence in [0.5, 1) (got {confidence}), resamples >= 1 (got "
-            f"{resamples}) and rows (got {n})."
-        )
-
-
-def mean_lower(
-    terms: np.ndarray,
-    *,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_BOOTSTRAP,
-    seed: int = 0,
-) -> float:
-    """Bootstrap lower bound on mean(terms) (arguments as :func:`bootstrap_lower`)."""
-    return bootstrap_lower(
-        lambda idx: np.asarray(terms[idx].mean(axis=1)),
-        len(terms),
-        confidence=confidence,
-        resamples=resamples,
-        seed=seed,
-    )
-
-
 @dataclass(frozen=True)
 class PairedComparison:
     """Candidate vs production on the same logged rows (values are mean reward per request)."""
@@ -174,20 +108,6 @@ class PairedComparison:
     @property
     def snips_difference(self) -> float:
         return self.candidate_snips - self.production_snips
-
-
-def cluster_sums(clusters: np.ndarray | None, *columns: np.ndarray) -> np.ndarray:
-    """(k, 1 + len(columns)): per cluster its row count and the sums of ``columns`` (n,);
-    rows of cluster None (unknown user) are each a cluster of their own. Without ``clusters``
-    every row is one (k = n), and a bootstrap over them is the plain row bootstrap."""
-    stacked = np.stack([np.ones(len(columns[0])), *columns], axis=1)
-    if clusters is None:
-        return stacked
-    keys = np.asarray([f"\x00row{i}" if c is None else str(c) for i, c in enumerate(clusters)])
-    _, index = np.unique(keys, return_inverse=True)
-    sums = np.zeros((int(index.max()) + 1, stacked.shape[1]))
-    np.add.at(sums, index, stacked)
-    return sums
 
 
 def compare(
