@@ -26,10 +26,10 @@ import shutil
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -49,6 +49,7 @@ TRAINER_STATE_NAME = "trainer.json"
 TEST_SLEEP_ENV = "FLYWHEEL_LEARNER_TEST_CHECKPOINT_SLEEP_S"
 _COMPLETE_RE = re.compile(r"^ckpt-(\d+)$")
 _TEMP_RE = re.compile(r"^ckpt-(\d+)\.tmp-[0-9a-f]+$")
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,18 @@ def load_model_state(ref: CheckpointRef, model: torch.nn.Module) -> None:
     with _quiet_single_process():
         dcp_load(state, checkpoint_id=ref.path, no_dist=True)
     model.load_state_dict(state["model"])
+
+
+def load_trained(save_dir: Path, model_factory: Callable[[], M]) -> M:
+    """A new ``model_factory()`` model with the weights of the newest complete checkpoint under
+    ``save_dir`` (``Trainer.fit`` writes one at the end of its budget), in eval mode.
+    CheckpointError when training left none there."""
+    model = model_factory()
+    ref = find_resume_checkpoint(save_dir)
+    if ref is None:
+        raise CheckpointError(f"training left no checkpoint under {save_dir}")
+    load_model_state(ref, model)
+    return model.eval()
 
 
 def _rng_state() -> dict[str, Any]:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,11 +28,11 @@ from fleet.rollout_worker import AgentPolicy, RolloutWorker, load_agent_policy, 
 from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.continuous import LearnerPaths
+from learner.continuous import ContinuousLearner, LearnerPaths
 from learner.engine.causal_lm import next_token_logprobs
 from learner.engine.trainer import TrainerConfig
 from learner.eval_suite import EvalConfig
-from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
+from learner.recipes.agent_rl.recipe import AgentLoopConfig, AgentRLConfig, AgentRLRecipe
 from learner.recipes.agent_sft.recipe import AgentSFTConfig, CorpusConfig, run_sft
 from model_registry.artifacts import publish_artifact
 from model_registry.canary import CanaryConfig
@@ -79,7 +80,7 @@ class Harness:
     warm_start: Path
     prefix: str
 
-    def learner(self, **train: object) -> AgentLearner:
+    def learner(self, **train: object) -> ContinuousLearner[Any, Any]:
         config = AgentRLConfig(
             model_name=MODEL,
             # batches of 4 samples (64 trials), as this small window was measured with
@@ -89,8 +90,10 @@ class Harness:
                                 tolerance=1.0, timeout_s=120.0),
             loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),
         )  # fmt: skip
-        return AgentLearner(config, self.paths, self.stack.kafka_client_config(), self.codec,
-                            registry=self.registry, rewards_topic=self.rewards_topic)  # fmt: skip
+        return ContinuousLearner(
+            AgentRLRecipe(config, self.paths), self.paths, self.stack.kafka_client_config(),
+            self.codec, registry=self.registry, rewards_topic=self.rewards_topic,
+        )  # fmt: skip
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import torch
 
 from flywheel.clients import codec as make_codec
 from flywheel.settings import Settings
-from learner.continuous import LearnerPaths
+from learner.continuous import ContinuousLearner, LearnerPaths
 from learner.eval_suite import EvalConfig
-from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
+from learner.recipes.agent_rl.recipe import AgentLoopConfig, AgentRLConfig, AgentRLRecipe
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry, ModelTopics
 from policies.agent_lm import AgentModelConfig, build_model, save_checkpoint
@@ -144,8 +144,8 @@ def test_overlong_rows_are_cut_or_left_out_and_the_learner_trains_the_next_versi
         loop=AgentLoopConfig(min_new_rows=4, poll_s=0.5),
     )  # fmt: skip
     paths = LearnerPaths(lake, tmp_path / "mds", tmp_path / "models", tmp_path / "runs")
-    learner = AgentLearner(rl, paths, stack.kafka_client_config(), codec, registry=registry,
-                           rewards_topic=topics.rewards)  # fmt: skip
+    learner = ContinuousLearner(AgentRLRecipe(rl, paths), paths, stack.kafka_client_config(),
+                                codec, registry=registry, rewards_topic=topics.rewards)  # fmt: skip
     results = learner.run(threading.Event(), max_versions=2)
 
     assert [r.version for r in results] == [2]  # trained and decided: nothing stopped it

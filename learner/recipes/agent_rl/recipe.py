@@ -13,48 +13,50 @@ one that was never production (a refused or rolled-back canary), weigh 0 (counte
 the lake stops the learner: the windows cut, leave out or dead-letter it, counted in each
 version's metrics and in the learner's stats (`learner.recipes.agent_rl.row_admission`).
 
-Restartable like the gate's loop: windows are converted once, a run resumes from its newest
-complete checkpoint (its save directory is named after its newest window), a version a crash
-left undecided is settled on the next start, and no window is trained by two versions.
+The loop is learner.continuous's (restartable like every recipe's: windows are converted once,
+a run resumes from its newest complete checkpoint, a version a crash left undecided is settled
+on the next start, and no window is trained by two versions); :class:`AgentRLRecipe` supplies
+the agent's pieces.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from contracts.advantages import GROUP_REWARD_FN
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from learner.config import load_config
-from learner.continuous import WINDOW_LAST_EVENT_METRIC, LearnerPaths
-from learner.data.replay import StreamsConfig, plan_streams
-from learner.data.window_manifest import WindowRecord, read_manifest
-from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
-from learner.engine.loader import WindowStream
-from learner.engine.trainer import Trainer, TrainerConfig
+from learner.continuous import (
+    WINDOW_LAST_EVENT_METRIC,
+    ContinuousLearner,
+    CyclePlan,
+    LearnerPaths,
+    LoopSettings,
+    Release,
+    Trained,
+    last_attributed_ms,
+)
+from learner.data.replay import StreamsConfig
+from learner.data.window_manifest import WindowRecord
+from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate
-from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
+from learner.lifecycle import LearnerStats
+from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
 from learner.recipes.agent_rl.windows import AgentLakeReads, TokenWindowConfig, build_agent_window
-from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.artifacts import verify_artifact
 from model_registry.canary import CanaryConfig
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from schemas.enums import Channel, ModelEventType
-from schemas.events import LakeOffsetRange, TrainingWindow
-from streams.serde import AvroCodec
-from streams.topics import REWARDS_TOPIC
 
 DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "rl.yaml"
 
@@ -131,18 +133,16 @@ def fresh_versions(
     return frozenset(promotions[max(0, at - max_staleness) : at + 1])
 
 
-class AgentLearner:
-    """Trains, gates and publishes versions of the agent LM from the lake's rewarded trials."""
+class AgentRLRecipe:
+    """The agent's pieces of the continuous loop: production is loaded and evaluated before the
+    wait (its eval runs while the trials gather), token windows, GRPO on fresh trials, the eval
+    suite check against production, Hugging Face checkpoints as artifacts."""
 
     def __init__(
         self,
         config: AgentRLConfig,
         paths: LearnerPaths,
-        kafka_config: Mapping[str, Any],
-        codec: AvroCodec,
         *,
-        registry: ModelRegistry | None = None,
-        rewards_topic: str = REWARDS_TOPIC,
         log: Callable[[str], None] = print,
     ) -> None:
         self.config, self.paths, self.log = config, paths, log
@@ -150,107 +150,27 @@ class AgentLearner:
         self.dataset = f"{config.model_name}.tokens"
         self.environment = ENVIRONMENTS.get(config.environment)
         self.eval_tasks = self.environment.tasks("eval", config.eval.tasks)
-        self.registry = registry or ModelRegistry(
-            kafka_config, codec, producer=f"learner/{self.model_name}"
-        )
-        self.stats = LearnerStats()
-        self.lifecycle = VersionLifecycle(
-            self.registry, kafka_config, codec, self.model_name, reward_fn=GROUP_REWARD_FN,
-            source="ROLLOUT", cluster_by="group_id", canary=config.canary, stats=self.stats,
-            rewards_topic=rewards_topic, log=log,
+        self._settings = LoopSettings(
+            model_name=self.model_name, dataset=self.dataset, reward_fn=GROUP_REWARD_FN,
+            min_new_rows=config.loop.min_new_rows, poll_s=config.loop.poll_s,
+            waiting_for="trials", streams=config.streams, train=config.train,
+            canary=config.canary, canary_source="ROLLOUT", cluster_by="group_id",
+            production="before_wait", overwrite_warm_start=False,
         )  # fmt: skip
+        self._registry: ModelRegistry | None = None  # production()'s, for the promotions
         self._evals: dict[int, EvalResult] = {}  # each version's eval suite result, once
         self._reads = AgentLakeReads(paths.lake, self.model_name, config.windows.sources)
 
-    def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
-        """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
+    @property
+    def settings(self) -> LoopSettings:
+        return self._settings
 
-        def next_version() -> CycleResult | None:
-            production = self._production()
-            # Production's eval (once per version) runs while the trials gather, not after
-            # training, where it would add to the first version's data -> live time.
-            self._production_eval(production)
-            new = self._wait_for_windows(production, stop)
-            return self.cycle(new, production, stop) if new else None
-
-        return self.lifecycle.run(stop, max_versions, next_version)
-
-    def _wait_for_windows(
-        self, production: _Production, stop: threading.Event
-    ) -> list[WindowRecord]:
-        c = self.config
-        trained = self.lifecycle.trained_windows()
-        pad = production.tokenizer.pad_token_id
-        last_note = 0.0
-        vocab = int(production.model.config.vocab_size)
-        while not stop.is_set():
-            built = build_agent_window(
-                self.paths.lake, self.paths.mds_root, self.dataset,
-                model_name=self.model_name, pad_id=pad, config=c.windows, reads=self._reads,
-                vocab_size=vocab,
-            )  # fmt: skip
-            if built is not None:
-                self._count(built)
-            manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset,
-                                     GROUP_REWARD_FN)  # fmt: skip
-            new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
-            rows = sum(w.rows for w in new)
-            if rows >= c.loop.min_new_rows:
-                return new
-            if time.monotonic() - last_note > 30:
-                self.log(f"waiting for trials: {rows:,} of {c.loop.min_new_rows:,} new rows")
-                last_note = time.monotonic()
-            stop.wait(c.loop.poll_s)
-        return []
-
-    def cycle(
-        self, new: Sequence[WindowRecord], production: _Production, stop: threading.Event
-    ) -> CycleResult:
-        """Train on ``new`` windows (+ replay), gate on the eval suite, publish, canary."""
-        c = self.config
-        fresh = fresh_versions(self._promotions(), production.version,
-                               c.loop.max_staleness)  # fmt: skip
-        rows, stale = sum(w.rows for w in new), self._stale_rows(new, fresh)
-        newest_ms = max(w.max_attributed_ms or 0 for w in new)
-        self.log(f"training on {rows:,} new trials; the newest Reward is "
-                 f"{time.time() - newest_ms / 1000:.0f}s old")  # fmt: skip
-        started = time.monotonic()
-        candidate, fit = self._train(new, production, fresh)
-        train_s = time.monotonic() - started
-        self.stats.train_rows += rows - stale
-        result = self._evaluate(candidate, production.tokenizer)
-        decision = decide(result, self._production_eval(production), c.gate)
-        eval_s = time.monotonic() - started - train_s
-        version = self.registry.next_version(self.model_name)
-        metrics = {
-            **decision.metrics(),
-            "train_tokens": float(fit.progress.tokens),
-            "train_rows": float(rows),
-            "served_rows": float(sum(w.served_rows for w in new)),
-            "train_s": train_s,
-            "eval_s": eval_s,  # the candidate's (production's ran before the window)
-            "train_loss": fit.losses[-1] if fit.losses else float("nan"),
-            "stale_rows": float(stale),
-            "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
-            "expired_rows": float(sum(w.expired_rows for w in new)),
-            **_admission_metrics(new),
-            WINDOW_LAST_EVENT_METRIC: float(newest_ms),
-        }
-        self._register(version, production, candidate, new, metrics)
-        self._evals[version] = result  # the same weights as production's, once it is promoted
-        self.log(
-            f"v{version}: trained {fit.progress.tokens:,} tokens of {metrics['train_rows']:.0f} "
-            f"trials ({metrics['served_rows']:.0f} served, {stale} stale) in {train_s:.0f}s; "
-            f"eval pass@1 {result.pass_at_1:.1%} vs "
-            f"v{production.version} {decision.production_pass_at_1:.1%} ({eval_s:.0f}s)"
-        )
-        return self.lifecycle.gate(version, production.version, decision.passed, decision.reason,
-                                   stop)  # fmt: skip
-
-    # Pieces -----------------------------------------------------------------------------
-
-    def _production(self) -> _Production:
-        pointer = self.registry.channels(self.model_name).get(Channel.PRODUCTION)
+    def production(self, registry: ModelRegistry) -> _Production:
+        """Production's checkpoint, evaluated on the eval suite once per version (here, before
+        the wait: not after training, where it would add to the first version's data -> live
+        time). LearnerError when nothing is promoted: the SFT warm-up makes the first version."""
+        self._registry = registry
+        pointer = registry.channels(self.model_name).get(Channel.PRODUCTION)
         if pointer is None:
             raise LearnerError(
                 f"{self.model_name} has no production version to warm-start from; train the "
@@ -258,7 +178,81 @@ class AgentLearner:
             )
         directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
         model, tokenizer = load_checkpoint(directory)
-        return _Production(pointer.version, model, tokenizer)
+        production = _Production(pointer.version, model, tokenizer)
+        self._production_eval(production)
+        return production
+
+    def build_window(self, production: _Production | None, stats: LearnerStats) -> None:
+        if production is None:  # settings.production is "before_wait"
+            raise LearnerError("the agent's token windows need production's tokenizer first")
+        built = build_agent_window(
+            self.paths.lake, self.paths.mds_root, self.dataset, model_name=self.model_name,
+            pad_id=production.tokenizer.pad_token_id, config=self.config.windows,
+            reads=self._reads, vocab_size=int(production.model.config.vocab_size),
+        )  # fmt: skip
+        if built is not None:
+            self._count(built, stats)
+
+    def plan(self, new: Sequence[WindowRecord], production: _Production) -> CyclePlan[Any]:
+        """GRPO on ``new`` (+ replay) warm-started from production, trials of stale versions
+        weighing 0; the check runs the eval suite and compares with production's result."""
+        c = self.config
+        fresh = fresh_versions(self._promotions(), production.version,
+                               c.loop.max_staleness)  # fmt: skip
+        rows, stale = sum(w.rows for w in new), self._stale_rows(new, fresh)
+        newest_ms = last_attributed_ms(new)
+        self.log(f"training on {rows:,} new trials; the newest Reward is "
+                 f"{time.time() - newest_ms / 1000:.0f}s old")  # fmt: skip
+        shape = production.model.config
+
+        def model_factory() -> Any:
+            return type(production.model)(shape)
+
+        reference = production.model if c.objective.kl_coef > 0 else None
+
+        def check(candidate: Any, version: int, trained: Trained) -> Release:
+            started = time.monotonic()
+            result = self._evaluate(candidate, production.tokenizer)
+            decision = decide(result, self._production_eval(production), c.gate)
+            eval_s = time.monotonic() - started
+            metrics = {
+                **decision.metrics(),
+                "train_tokens": float(trained.fit.progress.tokens),
+                "train_rows": float(rows),
+                "served_rows": float(sum(w.served_rows for w in new)),
+                "train_s": trained.train_s,
+                "eval_s": eval_s,  # the candidate's (production's ran before the window)
+                "train_loss": trained.loss,
+                "stale_rows": float(stale),
+                "zero_advantage_rows": float(sum(w.zero_advantage_rows for w in new)),
+                "expired_rows": float(sum(w.expired_rows for w in new)),
+                **_admission_metrics(new),
+                WINDOW_LAST_EVENT_METRIC: float(newest_ms),
+            }
+            self._evals[version] = result  # the same weights as production's, once promoted
+            self.log(
+                f"v{version}: trained {trained.fit.progress.tokens:,} tokens of "
+                f"{metrics['train_rows']:.0f} trials ({metrics['served_rows']:.0f} served, "
+                f"{stale} stale) in {trained.train_s:.0f}s; eval pass@1 {result.pass_at_1:.1%} "
+                f"vs v{production.version} {decision.production_pass_at_1:.1%} ({eval_s:.0f}s)"
+            )
+            return Release(decision.passed, decision.reason, metrics)
+
+        return CyclePlan(
+            task=GRPOTask(c.objective, reference, fresh_versions=fresh),
+            model_factory=model_factory,
+            warm_start=production.model,
+            trained_rows=rows - stale,
+            check=check,
+        )
+
+    def save(self, model: Any, production: _Production, directory: Path) -> None:
+        save_checkpoint(model, production.tokenizer, directory)
+
+    def canary_baseline(self, production: int) -> dict[str, float]:
+        return {}  # trials are clustered by task group; no per-user covariate
+
+    # Pieces -----------------------------------------------------------------------------
 
     def _evaluate(self, model: Any, tokenizer: Any) -> EvalResult:
         return evaluate(model, tokenizer, self.environment, self.eval_tasks,
@@ -272,16 +266,18 @@ class AgentLearner:
 
     def _promotions(self) -> list[int]:
         """The model's versions in the order they were promoted to production."""
-        return [e.version for e in self.registry.history(self.model_name)
+        if self._registry is None:
+            raise LearnerError("read production (AgentRLRecipe.production) before planning")
+        return [e.version for e in self._registry.history(self.model_name)
                 if e.event_type is ModelEventType.PROMOTED]  # fmt: skip
 
-    def _count(self, window: WindowRecord) -> None:
+    def _count(self, window: WindowRecord, stats: LearnerStats) -> None:
         """Add a new window's cut, left-out and dead-lettered rows to the learner's stats."""
-        self.stats.window_rows.update(
+        stats.window_rows.update(
             {"cut": window.cut_rows, "overlong": window.overlong_rows,
              "greedy": window.greedy_rows}
         )  # fmt: skip
-        self.stats.dead_letters.update(window.dead_letters)
+        stats.dead_letters.update(window.dead_letters)
         if window.dead_letter_rows:
             self.log(f"{window.name}: {window.dead_letter_rows} malformed rows left out "
                      f"({window.dead_letters}); see its dead_letters.jsonl")  # fmt: skip
@@ -299,65 +295,6 @@ class AgentLearner:
                 stale += int(np.count_nonzero(~np.isin(versions, list(fresh))))
         return stale
 
-    def _train(
-        self, new: Sequence[WindowRecord], production: _Production, fresh: frozenset[int]
-    ) -> tuple[Any, Any]:
-        c = self.config
-        save_dir = self.paths.runs_root / self.model_name / new[-1].name
-        save_dir.mkdir(parents=True, exist_ok=True)
-        init_from = save_dir / "init.pt"  # warm start: production's weights
-        if not init_from.exists():
-            torch.save(production.model.state_dict(), init_from)
-        shape = production.model.config
-
-        def model_factory() -> Any:
-            return type(production.model)(shape)
-
-        reference = production.model if c.objective.kl_coef > 0 else None
-        plan = plan_streams(
-            self.paths.mds_root, self.dataset, GROUP_REWARD_FN, new_windows=len(new),
-            replay_fraction=c.streams.replay_fraction,
-            max_replay_windows=c.streams.max_replay_windows,
-        )  # fmt: skip
-        trainer = Trainer(
-            dataclasses.replace(c.train, save_dir=save_dir, init_from=init_from),
-            GRPOTask(c.objective, reference, fresh_versions=fresh),
-            model_factory,
-            [WindowStream(local=p.local, proportion=p.proportion) for p in plan],
-        )
-        fit = trainer.fit()
-        model = model_factory()
-        ref = find_resume_checkpoint(save_dir)
-        if ref is None:
-            raise LearnerError(f"training left no checkpoint under {save_dir}")
-        load_model_state(ref, model)
-        return model.eval(), fit
-
-    def _register(
-        self,
-        version: int,
-        production: _Production,
-        model: Any,
-        new: Sequence[WindowRecord],
-        metrics: dict[str, float],
-    ) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            save_checkpoint(model, production.tokenizer, Path(tmp))
-            ref = publish_artifact(self.paths.models_root, self.model_name, version, Path(tmp))
-        window = TrainingWindow(
-            mds_dataset=self.dataset,
-            mds_windows=tuple(w.name for w in new),
-            lake_ranges=tuple(
-                LakeOffsetRange(topic=f.topic, partition=f.partition, first=f.first, last=f.last)
-                for w in new
-                for f in w.files
-            ),
-        )
-        self.registry.register(
-            self.model_name, ref, parent_version=production.version, reward_fn=GROUP_REWARD_FN,
-            training_window=window, metrics=metrics, version=version,
-        )  # fmt: skip
-
 
 def _admission_metrics(windows: Sequence[WindowRecord]) -> dict[str, float]:
     """The windows' cut, left-out and dead-lettered rows, for the version's metrics."""
@@ -367,3 +304,16 @@ def _admission_metrics(windows: Sequence[WindowRecord]) -> dict[str, float]:
         "greedy_rows": float(sum(w.greedy_rows for w in windows)),
         "dead_letter_rows": float(sum(w.dead_letter_rows for w in windows)),
     }
+
+
+def main(run: RecipeRun) -> None:
+    """`flywheel learn --recipe agent`: versions of the config's model (or ``run.model_name``)
+    until ``run.stop`` is set or ``run.max_versions`` are decided."""
+    config = overridden(AgentRLConfig.load(run.config_path or DEFAULT_AGENT_CONFIG), run)
+    recipe = AgentRLRecipe(config, run.paths, log=run.log)
+    learner = ContinuousLearner(recipe, run.paths, run.kafka_config, run.codec, log=run.log)
+    run.log(f"agent {config.model_name}: lake {run.paths.lake}, MDS "
+            f"{run.paths.mds_root}/{recipe.dataset}")  # fmt: skip
+    with run.serve_metrics(learner.stats, config.model_name):
+        results = learner.run(run.stop, run.max_versions)
+    run.log(f"stopped after {len(results)} version(s) this run")

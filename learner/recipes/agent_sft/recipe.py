@@ -27,11 +27,12 @@ from environments.base import Demonstrator
 from learner.config import load_config
 from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
 from learner.engine.causal_lm import CausalLMTask
-from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
+from learner.engine.checkpoints import load_trained
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate
+from learner.recipes import RecipeRun, overridden
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -162,12 +163,7 @@ def run_sft(
     )
     fit = trainer.fit()
     train_s = time.monotonic() - started
-    model = model_factory()
-    ref = find_resume_checkpoint(run_dir / "checkpoints")
-    if ref is None:
-        raise LearnerError(f"training left no checkpoint under {run_dir / 'checkpoints'}")
-    load_model_state(ref, model)  # the weights at the end of the budget
-    model.eval()  # type: ignore[no-untyped-call]  # untyped in transformers
+    model = load_trained(run_dir / "checkpoints", model_factory)  # the end of the budget
     checkpoint = run_dir / "hf"
     shutil.rmtree(checkpoint, ignore_errors=True)
     save_checkpoint(model, tokenizer, checkpoint)
@@ -212,3 +208,20 @@ def _publish(
     )  # fmt: skip
     registry.promote(config.model_name, version, reason="the first version: SFT baseline")
     return version
+
+
+def main(run: RecipeRun) -> None:
+    """`flywheel learn --recipe agent-sft`: the first version of the config's model (or
+    ``run.model_name``), registered and promoted; a killed run resumes."""
+    config = overridden(AgentSFTConfig.load(run.config_path or DEFAULT_SFT_CONFIG), run)
+    registry = ModelRegistry(run.kafka_config, run.codec)
+    # Keyed by what determines the weights (not the model's name): a second model warmed up with
+    # the same config reuses the finished run, and a killed run resumes.
+    run_dir = run.paths.runs_root / "agent-sft" / config.digest()
+    run.log(f"agent-sft: {config.model_name} ({config.model.architecture}), run {run_dir}")
+    result = run_sft(config, run_dir, registry=registry, models_root=run.paths.models_root,
+                     log=run.log)  # fmt: skip
+    run.log(
+        f"{config.model_name} v{result.version}: {result.parameters:,} parameters, eval pass@1 "
+        f"{result.eval.pass_at_1:.1%} ({len(result.eval.passed)} held-out tasks)"
+    )

@@ -1,181 +1,187 @@
-"""`flywheel learn`: the continuous learner, one model version per cycle (DESIGN §8).
+"""`flywheel learn` (``--recipe gate``): the suggestion gate's continuous recipe (DESIGN §8).
 
     wait for new lake rewards → MDS window(s) → train (warm start from production, autoresume)
       → off-policy gate → artifact + REGISTERED/GATE_* → canary on the rewards stream
       → PROMOTED or ROLLED_BACK → repeat
 
-Every step is restartable: windows are converted exactly once (manifest), a training run resumes
-from its newest complete checkpoint (its save directory is named after its new windows), and a
-version left mid-flight by a crash is finished from its state in ``models.versions``.
+The loop is learner.continuous's; :class:`GateRecipe` supplies the gate's pieces: production
+(the heuristic v0 until a version is promoted), reward-row windows with held-out rows, the
+network and its objective, the off-policy gate on the held-out rows, and the CUPED covariates of
+the canary.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import tempfile
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
-from learner.continuous import WINDOW_LAST_EVENT_METRIC, LearnerPaths
-from learner.data.replay import plan_streams
+from learner.continuous import (
+    WINDOW_LAST_EVENT_METRIC,
+    ContinuousLearner,
+    CyclePlan,
+    LearnerPaths,
+    LoopSettings,
+    Release,
+    Trained,
+    last_attributed_ms,
+)
 from learner.data.window_manifest import WindowRecord, read_manifest
-from learner.engine.checkpoints import find_resume_checkpoint, load_model_state
-from learner.engine.loader import WindowStream
-from learner.engine.trainer import Trainer
 from learner.errors import LearnerError
-from learner.lifecycle import CycleResult, LearnerStats, VersionLifecycle
-from learner.recipes.gate.config import LearnerConfig
+from learner.lifecycle import LearnerStats
+from learner.recipes import RecipeRun, overridden
+from learner.recipes.gate import GATE_MODEL
+from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.recipes.gate.features import feature_columns, point_in_time_enrich
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
 from learner.recipes.gate.off_policy_check import GatePolicy, OffPolicyGate
 from learner.recipes.gate.reward_rows import Enrich, load_rows
 from learner.recipes.gate.samples import RewardRows, collate_rows
 from learner.recipes.gate.windows import build_window
-from model_registry.artifacts import publish_artifact, verify_artifact
+from model_registry.artifacts import verify_artifact
 from model_registry.canary import user_baselines
 from model_registry.registry import ModelRegistry
 from policies.gate_net import GatePolicyNet, ServingPolicy, load_net, save_policy
-from policies.policy import Policy
+from policies.policy import HeuristicPolicy, Policy
 from schemas.enums import Channel
-from schemas.events import LakeOffsetRange, TrainingWindow
-from streams.serde import AvroCodec
 
 
-class ContinuousLearner:
-    """Trains, gates and publishes versions of ``model_name`` from the lake's rewards."""
+@dataclass(frozen=True)
+class GateProduction:
+    """Production's version (None: nothing promoted), network (None for the v0 heuristic) and
+    serving policy."""
+
+    version: int | None
+    net: GatePolicyNet | None
+    policy: Policy
+
+
+class GateRecipe:
+    """The gate's pieces of the continuous loop, for versions of ``model_name``."""
 
     def __init__(
         self,
         config: LearnerConfig,
         model_name: str,
         paths: LearnerPaths,
-        kafka_config: Mapping[str, Any],
-        codec: AvroCodec,
         fallback: Policy,
         *,
         log: Callable[[str], None] = print,
     ) -> None:
         self.config, self.model_name, self.paths = config, model_name, paths
-        self._kafka_config, self._codec = dict(kafka_config), codec
-        self.registry = ModelRegistry(kafka_config, codec, producer=f"learner/{model_name}")
         self.fallback = fallback  # what production is while no version is promoted (v0)
         self.log = log
-        self.stats = LearnerStats()
-        self.lifecycle = VersionLifecycle(
-            self.registry, kafka_config, codec, model_name, reward_fn=config.reward_fn,
-            source="SUGGESTION", cluster_by="user_id", canary=config.canary, stats=self.stats,
-            baseline=self._baseline, log=log,
-        )  # fmt: skip
-        self.dataset = model_name
+        dataset = model_name
         self._enrich: Enrich | None = None
         self._extra_columns: tuple[str, ...] = ()
         if config.features:
             # Windows with feature columns are another dataset: MDS samples of one dataset share
             # one layout, and replay mixes windows.
             digest = hashlib.sha256(",".join(config.features).encode()).hexdigest()[:8]
-            self.dataset = f"{model_name}.features-{digest}"
+            dataset = f"{model_name}.features-{digest}"
             self._enrich = point_in_time_enrich(config.features, paths.lake)
             self._extra_columns = feature_columns(config.features)
+        self.dataset = dataset
+        self._settings = LoopSettings(
+            model_name=model_name, dataset=dataset, reward_fn=config.reward_fn,
+            min_new_rows=config.loop.min_new_rows, poll_s=config.loop.poll_s,
+            waiting_for="data", streams=config.streams, train=config.train,
+            canary=config.canary, canary_source="SUGGESTION", cluster_by="user_id",
+            production="after_wait", overwrite_warm_start=True,
+        )  # fmt: skip
 
-    # The loop ---------------------------------------------------------------------------
+    @property
+    def settings(self) -> LoopSettings:
+        return self._settings
 
-    def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
-        """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
+    def production(self, registry: ModelRegistry) -> GateProduction:
+        """Production's version, network and serving policy; (None, None, fallback) for v0."""
+        pointer = registry.channels(self.model_name).get(Channel.PRODUCTION)
+        if pointer is None:
+            return GateProduction(None, None, self.fallback)
+        directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
+        net = load_net(directory)
+        return GateProduction(
+            pointer.version, net, ServingPolicy(net, self.model_name, pointer.version)
+        )
 
-        def next_version() -> CycleResult | None:
-            new = self._wait_for_windows(stop)
-            return self.cycle(new, stop) if new else None
-
-        return self.lifecycle.run(stop, max_versions, next_version)
-
-    def _wait_for_windows(self, stop: threading.Event) -> list[WindowRecord]:
-        """Build windows from new lake files until untrained windows hold enough rows."""
+    def build_window(self, production: GateProduction | None, stats: LearnerStats) -> None:
         c = self.config
-        trained = self.lifecycle.trained_windows()
-        last_note = 0.0
-        while not stop.is_set():
-            build_window(
-                self.paths.lake,
-                self.paths.mds_root,
-                self.dataset,
-                c.reward_fn,
-                topic=c.windows.topic,
-                split=c.holdout,
-                rows_per_sample=c.windows.rows_per_sample,
-                compression=c.windows.compression,
-                enrich=self._enrich,
-                model_name=self.model_name,
-            )
-            manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset, c.reward_fn)
-            new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
-            rows = sum(w.rows for w in new)
-            if rows >= c.loop.min_new_rows:
-                return new
-            if time.monotonic() - last_note > 30:
-                self.log(f"waiting for data: {rows:,} of {c.loop.min_new_rows:,} new rows")
-                last_note = time.monotonic()
-            stop.wait(c.loop.poll_s)
-        return []
+        build_window(
+            self.paths.lake,
+            self.paths.mds_root,
+            self.dataset,
+            c.reward_fn,
+            topic=c.windows.topic,
+            split=c.holdout,
+            rows_per_sample=c.windows.rows_per_sample,
+            compression=c.windows.compression,
+            enrich=self._enrich,
+            model_name=self.model_name,
+        )
 
-    # One version ------------------------------------------------------------------------
-
-    def cycle(self, new: Sequence[WindowRecord], stop: threading.Event) -> CycleResult:
-        """Train on ``new`` windows (+ replay), gate, publish, canary; returns the decision."""
+    def plan(
+        self, new: Sequence[WindowRecord], production: GateProduction
+    ) -> CyclePlan[GatePolicyNet]:
+        """Train on ``new`` (+ replay) warm-started from production's network, with a reward
+        model fitted on the training rows; the gate compares with production on held-out rows."""
         c = self.config
-        parent_version, parent_net, production = self._production()
-        gated_against: GatePolicy = production
-        if parent_net is not None and parent_net.config.extra_columns != self._extra_columns:
+        parent = production.net
+        gated_against: GatePolicy = production.policy
+        if parent is not None and parent.config.extra_columns != self._extra_columns:
             self.log(
-                f"production v{parent_version} was trained on extra columns "
-                f"{parent_net.config.extra_columns or 'none'}, this config gives "
+                f"production v{production.version} was trained on extra columns "
+                f"{parent.config.extra_columns or 'none'}, this config gives "
                 f"{self._extra_columns or 'none'}: training a fresh network, no warm start"
             )
-            gated_against = self._scored_on_own_features(parent_net, self._recent(new))
-            parent_net = None
+            gated_against = self._scored_on_own_features(parent, self._recent(new))
+            parent = None
         train_rows = self._rows(new, holdout=False)
         heldout = self._rows(self._recent(new), holdout=True)
         reward_model = fit_reward_model(train_rows)
-        started = time.monotonic()
-        net, loss = self._train(
-            new,
-            parent_net,
-            train_rows,
-            GateObjective(reward_model, c.objective, reference=parent_net),
-        )
-        train_s = time.monotonic() - started
-        self.stats.train_rows += len(train_rows)
-        version = self.registry.next_version(self.model_name)
-        candidate = ServingPolicy(net, self.model_name, version)
-        decision = OffPolicyGate(c.gate).decide(
-            candidate, gated_against, heldout, reward_model=reward_model
-        )
-        self._register(
-            version,
-            parent_version,
-            net,
-            new,
-            {
-                "train_loss": loss,
-                "train_s": train_s,
+
+        def model_factory() -> GatePolicyNet:
+            if parent is not None:
+                return GatePolicyNet(parent.config)
+            net = GatePolicyNet(dataclasses.replace(c.policy, extra_columns=self._extra_columns))
+            net.set_standardisation(train_rows.features())
+            return net
+
+        def check(net: GatePolicyNet, version: int, trained: Trained) -> Release:
+            candidate = ServingPolicy(net, self.model_name, version)
+            decision = OffPolicyGate(c.gate).decide(
+                candidate, gated_against, heldout, reward_model=reward_model
+            )
+            metrics = {
+                "train_loss": trained.loss,
+                "train_s": trained.train_s,
                 "train_rows": float(len(train_rows)),
                 "heldout_rows": float(len(heldout)),
-                WINDOW_LAST_EVENT_METRIC: float(max(w.max_attributed_ms or 0 for w in new)),
+                WINDOW_LAST_EVENT_METRIC: float(last_attributed_ms(new)),
                 **decision.interval_metrics(),
-            },
-        )
-        fields = decision.event_fields()
-        reason = str(fields.pop("reason"))
-        return self.lifecycle.gate(version, parent_version, decision.passed, reason, stop, **fields)
+            }
+            fields = decision.event_fields()
+            reason = str(fields.pop("reason"))
+            return Release(decision.passed, reason, metrics, fields)
 
-    def _baseline(self, production: int) -> dict[str, float]:
+        return CyclePlan(
+            task=GateObjective(reward_model, c.objective, reference=parent),
+            model_factory=model_factory,
+            warm_start=parent,
+            trained_rows=len(train_rows),
+            check=check,
+            collate=collate_rows,
+        )
+
+    def save(self, model: GatePolicyNet, production: GateProduction, directory: Path) -> None:
+        save_policy(model, directory)
+
+    def canary_baseline(self, production: int) -> dict[str, float]:
         """Users' mean reward under ``production`` in the newest windows (CUPED covariate)."""
         c = self.config
         manifest = read_manifest(self.paths.mds_root / self.dataset, self.dataset, c.reward_fn)
@@ -185,15 +191,6 @@ class ContinuousLearner:
                               c.reward_fn)  # fmt: skip
 
     # Pieces -----------------------------------------------------------------------------
-
-    def _production(self) -> tuple[int | None, GatePolicyNet | None, Policy]:
-        """(version, network, serving policy) of production; (None, None, fallback) for v0."""
-        pointer = self.registry.channels(self.model_name).get(Channel.PRODUCTION)
-        if pointer is None:
-            return None, None, self.fallback
-        directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
-        net = load_net(directory)
-        return pointer.version, net, ServingPolicy(net, self.model_name, pointer.version)
 
     def _recent(self, new: Sequence[WindowRecord]) -> list[WindowRecord]:
         """The gate's windows: the new ones and the ones just before them, up to
@@ -243,82 +240,6 @@ class ContinuousLearner:
         rows = self._rows(windows, holdout=True, enrich=own)
         return _FixedScores(ServingPolicy(net, self.model_name, 0).probabilities(rows.features()))
 
-    def _train(
-        self,
-        new: Sequence[WindowRecord],
-        parent: GatePolicyNet | None,
-        rows: RewardRows,
-        task: GateObjective,
-    ) -> tuple[GatePolicyNet, float]:
-        c = self.config
-        save_dir = self.paths.runs_root / self.model_name / new[-1].name
-        init_from = None
-        if parent is not None:  # warm start: the production network's weights
-            save_dir.mkdir(parents=True, exist_ok=True)
-            init_from = save_dir / "init.pt"
-            torch.save(parent.state_dict(), init_from)
-
-        def model_factory() -> GatePolicyNet:
-            if parent is not None:
-                return GatePolicyNet(parent.config)
-            net = GatePolicyNet(dataclasses.replace(c.policy, extra_columns=self._extra_columns))
-            net.set_standardisation(rows.features())
-            return net
-
-        plan = plan_streams(
-            self.paths.mds_root,
-            self.dataset,
-            c.reward_fn,
-            new_windows=len(new),
-            replay_fraction=c.streams.replay_fraction,
-            max_replay_windows=c.streams.max_replay_windows,
-        )
-        trainer = Trainer(
-            dataclasses.replace(c.train, save_dir=save_dir, init_from=init_from),
-            task,
-            model_factory,
-            [WindowStream(local=p.local, proportion=p.proportion) for p in plan],
-            collate=collate_rows,
-        )
-        result = trainer.fit()
-        net = model_factory()
-        ref = find_resume_checkpoint(save_dir)
-        if ref is not None:
-            load_model_state(ref, net)
-        loss = result.losses[-1] if result.losses else float("nan")
-        return net.eval(), loss
-
-    def _register(
-        self,
-        version: int,
-        parent: int | None,
-        net: GatePolicyNet,
-        new: Sequence[WindowRecord],
-        metrics: dict[str, float],
-    ) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            save_policy(net, Path(tmp))
-            ref = publish_artifact(self.paths.models_root, self.model_name, version, Path(tmp))
-        ranges = [
-            LakeOffsetRange(topic=f.topic, partition=f.partition, first=f.first, last=f.last)
-            for w in new
-            for f in w.files
-        ]
-        window = TrainingWindow(
-            mds_dataset=self.dataset,
-            mds_windows=tuple(w.name for w in new),
-            lake_ranges=tuple(ranges),
-        )
-        self.registry.register(
-            self.model_name,
-            ref,
-            parent_version=parent,
-            reward_fn=self.config.reward_fn,
-            training_window=window,
-            metrics=metrics,
-            version=version,
-        )
-
 
 def _no_features(table: pa.Table) -> pa.Table:
     return table
@@ -336,3 +257,22 @@ class _FixedScores:
                 f"scores were computed for {len(self._scores)} rows, the gate asks {len(features)}."
             )
         return self._scores
+
+
+def main(run: RecipeRun) -> None:
+    """`flywheel learn --recipe gate`: versions of ``run.model_name`` (default suggestion-gate)
+    until ``run.stop`` is set or ``run.max_versions`` are decided."""
+    model_name = run.model_name or GATE_MODEL
+    config = overridden(LearnerConfig.load(run.config_path or DEFAULT_CONFIG_PATH), run)
+    fallback = HeuristicPolicy()  # v0: the heuristic (the simulator's default behaviour policy)
+    recipe = GateRecipe(config, model_name, run.paths, fallback, log=run.log)
+    learner = ContinuousLearner(recipe, run.paths, run.kafka_config, run.codec, log=run.log)
+    paths = run.paths
+    run.log(
+        f"model {model_name}: lake {paths.lake}, MDS {paths.mds_root}, models {paths.models_root}"
+    )
+    if config.features:
+        run.log(f"policy input: context + features {', '.join(config.features)} (point in time)")
+    with run.serve_metrics(learner.stats, model_name):
+        results = learner.run(run.stop, run.max_versions)
+    run.log(f"stopped after {len(results)} version(s) this run")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from flywheel.clients import codec
 from flywheel.settings import Settings
-from learner.continuous import LearnerPaths
+from learner.continuous import ContinuousLearner, LearnerPaths
 from learner.eval_suite import EvalConfig
 from learner.recipes.agent_rl.eval_check import AgentGateConfig
-from learner.recipes.agent_rl.recipe import AgentLearner, AgentLoopConfig, AgentRLConfig
+from learner.recipes.agent_rl.recipe import AgentLoopConfig, AgentRLConfig, AgentRLRecipe
 from model_registry.registry import ModelRegistry, ModelTopics
 
 
@@ -34,8 +34,9 @@ def main(spec: dict[str, str]) -> None:
     )  # fmt: skip
     root = Path(spec["root"])
     paths = LearnerPaths(root / "lake", root / "mds", root / "models", root / "runs")
-    learner = AgentLearner(config, paths, settings.kafka_client_config(), codec(settings),
-                           registry=registry, rewards_topic=spec["rewards_topic"])  # fmt: skip
+    learner = ContinuousLearner(AgentRLRecipe(config, paths), paths, settings.kafka_client_config(),
+                                codec(settings), registry=registry,
+                                rewards_topic=spec["rewards_topic"])  # fmt: skip
     learner.run(threading.Event(), max_versions=2)
 
 
