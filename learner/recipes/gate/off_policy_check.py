@@ -12,7 +12,6 @@ so q̂ never scores the rows it was fitted on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from learner.recipes.gate.objective import RewardModel, fit_reward_model
 from learner.recipes.gate.ope import PairedComparison, compare
 from learner.recipes.gate.samples import RewardRows
 from policies.context import INDEX
-from policies.policy import RequestBatch
+from policies.policy import FeatureScorer, Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
 
 # Metric names of the candidate's two-sided DR value interval (GateDecision.interval_metrics).
@@ -30,20 +29,9 @@ VALUE_LOWER_METRIC = "ope_dr_value_lower"
 VALUE_UPPER_METRIC = "ope_dr_value_upper"
 
 
-@runtime_checkable
-class ScoresFeatures(Protocol):
-    """A learned policy that scores feature rows directly (policies.gate_net.ServingPolicy)."""
-
-    def probabilities(self, features: np.ndarray) -> np.ndarray: ...
-
-
-class ScoresRequests(Protocol):
-    """Any simulator policy (e.g. HeuristicPolicy, the version-0 production)."""
-
-    def show_probabilities(self, batch: RequestBatch) -> np.ndarray: ...
-
-
-GatePolicy = ScoresFeatures | ScoresRequests
+# What the check compares: a learned network scoring feature rows, or any suggestion policy
+# (the version-0 heuristic).
+GatePolicy = FeatureScorer | Policy
 
 
 @dataclass(frozen=True)
@@ -178,7 +166,7 @@ class OffPolicyGate:
         return True, f"passed: {figures}"
 
     def _probabilities(self, policy: GatePolicy, rows: RewardRows) -> np.ndarray:
-        if isinstance(policy, ScoresFeatures):
+        if isinstance(policy, FeatureScorer):
             p = policy.probabilities(rows.features())
         else:
             p = policy.show_probabilities(_request_batch(rows))

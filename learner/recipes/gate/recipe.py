@@ -47,7 +47,7 @@ from model_registry.artifacts import verify_artifact
 from model_registry.canary import user_baselines
 from model_registry.registry import ModelRegistry
 from policies.gate_net import GatePolicyNet, ServingPolicy, load_net, save_policy
-from policies.policy import HeuristicPolicy, Policy
+from policies.policy import Policy, fallback_policy
 from schemas.enums import Channel
 
 
@@ -264,7 +264,7 @@ def main(run: RecipeRun) -> None:
     until ``run.stop`` is set or ``run.max_versions`` are decided."""
     model_name = run.model_name or GATE_MODEL
     config = overridden(LearnerConfig.load(run.config_path or DEFAULT_CONFIG_PATH), run)
-    fallback = HeuristicPolicy()  # v0: the heuristic (the simulator's default behaviour policy)
+    fallback = fallback_policy(model_name)  # v0: the heuristic, as serving replicas build it
     recipe = GateRecipe(config, model_name, run.paths, fallback, log=run.log)
     learner = ContinuousLearner(recipe, run.paths, run.kafka_config, run.codec, log=run.log)
     paths = run.paths
