@@ -37,7 +37,7 @@ from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy
 from schemas.events import Event, SuggestionOffered
 from simulator import Fleet, SimulatorConfig, config_with_overrides
-from tests.learner.gate_offline import (
+from tests.learner.recipes.gate.gate_offline import (
     ServedOutcome,
     fit_offline,
     simulate_rewards,

@@ -44,7 +44,7 @@ from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy, Policy
 from simulator import Fleet, SimulatorConfig, config_with_overrides
-from tests.learner.gate_offline import fit_offline, simulate_rewards, write_reward_lake
+from tests.learner.recipes.gate.gate_offline import fit_offline, simulate_rewards, write_reward_lake
 
 
 def _synthetic_rows(n: int, seed: int) -> RewardRows:

@@ -21,7 +21,7 @@ from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.reward_rows import load_rows
 from learner.recipes.gate.samples import RewardRows, SampleSpec, collate_rows
 from learner.recipes.gate.windows import build_window
-from tests.learner.gate_offline import write_reward_lake
+from tests.learner.recipes.gate.gate_offline import write_reward_lake
 
 FN = "tab@1"
 

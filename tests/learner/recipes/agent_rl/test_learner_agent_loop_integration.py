@@ -46,7 +46,7 @@ from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer
 from streams.topics import REWARDS_TOPIC, ROLLOUTS_TOPIC, TopicSpec
-from tests.learner.agent_lake import write_lake_file
+from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
 
 pytestmark = pytest.mark.integration
 

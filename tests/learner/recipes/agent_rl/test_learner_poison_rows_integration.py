@@ -30,7 +30,7 @@ from streams.privacy import Pseudonymizer
 from streams.topic_io import EventProducer
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
 from tests.fleet.agent_lm_fixture import tiny_lm
-from tests.learner.agent_lake import write_lake_file
+from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
 from tests.processors.joiner.test_joiner_worker import Topics, Worker, read
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from policies.errors import PolicyError
 from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy, load_policy, save_policy
 from policies.policy import RequestBatch
 from schemas.enums import SuggestionTrigger
-from tests.learner.gate_offline import write_reward_lake
+from tests.learner.recipes.gate.gate_offline import write_reward_lake
 
 FN = "tab@1"
 NAMES = ("user.accept_rate_24h", "user_language.accept_rate_24h")

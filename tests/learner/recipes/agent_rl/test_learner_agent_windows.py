@@ -33,7 +33,7 @@ from schemas.enums import AgentReaction
 from schemas.events import AgentCompletion, AgentFeedback, Reward, RolloutResult
 from schemas.records import AvroRecord
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
-from tests.learner.agent_lake import write_lake_file
+from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
 
 T0 = datetime(2026, 12, 1, 10, tzinfo=UTC)
 PAD = 0

@@ -12,7 +12,7 @@ from learner.errors import LearnerError
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
 from learner.recipes.gate.samples import RewardRows, rows_to_batch
 from policies.gate_net import GatePolicyNet
-from tests.learner.gate_offline import fit_offline
+from tests.learner.recipes.gate.gate_offline import fit_offline
 
 
 def _logged(n: int, seed: int = 0) -> tuple[RewardRows, np.ndarray]:

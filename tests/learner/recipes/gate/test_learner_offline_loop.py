@@ -16,7 +16,7 @@ from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy, Policy
 from simulator import Fleet, SimulatorConfig, config_with_overrides
-from tests.learner.gate_offline import fit_offline, simulate_rewards
+from tests.learner.recipes.gate.gate_offline import fit_offline, simulate_rewards
 
 N_PER_VERSION = 6000
 
