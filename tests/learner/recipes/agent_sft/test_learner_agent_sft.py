@@ -15,7 +15,6 @@ from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig
 from learner.recipes.agent_sft.recipe import (
-    DEFAULT_SFT_CONFIG,
     AgentSFTConfig,
     CorpusConfig,
     run_sft,
@@ -81,26 +80,6 @@ def test_rows_run_in_length_buckets_score_as_one_padded_pass() -> None:
     assert torch.allclose(bucketed[scored], whole[scored], atol=1e-5)
     for a, b in zip(bucket_grads, whole_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
-
-
-def test_every_agent_config_file_loads() -> None:
-    from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, AgentRLConfig
-
-    # each recipe's configs/ folder holds its files (sft.yaml, rl.yaml and their variants)
-    folders = {
-        DEFAULT_SFT_CONFIG.parent: AgentSFTConfig,
-        DEFAULT_AGENT_CONFIG.parent: AgentRLConfig,
-    }
-    paths = [
-        (path, cls) for folder, cls in folders.items() for path in sorted(folder.glob("*.yaml"))
-    ]
-    assert {path.name for path, _ in paths} >= {"sft.yaml", "rl.yaml"}
-    for path, cls in paths:
-        config = cls.load(path)
-        assert config.train.batch_size >= 1 and config.eval.tasks >= 1
-    # the default files spell out every default
-    assert AgentSFTConfig.load(DEFAULT_SFT_CONFIG) == AgentSFTConfig()
-    assert AgentRLConfig.load(DEFAULT_AGENT_CONFIG) == AgentRLConfig()
 
 
 def test_warm_up_learns_and_saves_an_hf_checkpoint(tmp_path: Path) -> None:
