@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
+from learner.recipes.gate.off_policy_check import OffPolicyCheck, OffPolicyCheckConfig
 from learner.recipes.gate.samples import RewardRows, SampleSpec
 from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy
@@ -154,8 +154,8 @@ class _Inverted:
 def study(versions: int, requests: int, kl_coef: float, tolerance: float, seed: int) -> None:
     config = config_with_overrides(SimulatorConfig(), {"seed": seed})
     fleet = Fleet(config, HeuristicPolicy(), keep_requests=(versions + 1) * requests)
-    gate = OffPolicyGate(
-        GateConfig(tolerance=tolerance, resamples=500, min_effective_sample_size=100)
+    check = OffPolicyCheck(
+        OffPolicyCheckConfig(tolerance=tolerance, resamples=500, min_effective_sample_size=100)
     )
     split = HoldoutSplit()
     parent: Policy = fleet.policy
@@ -175,8 +175,8 @@ def study(versions: int, requests: int, kl_coef: float, tolerance: float, seed: 
         )
         fit_offline(net, train, task, epochs=15, batch_rows=512, seed=version)
         candidate = ServingPolicy(net, "suggestion-gate", version)
-        decision = gate.decide(candidate, parent, heldout)
-        planted = gate.decide(_Inverted(candidate), parent, heldout)
+        decision = check.decide(candidate, parent, heldout)
+        planted = check.decide(_Inverted(candidate), parent, heldout)
         shown, rate, reward = _evaluate(candidate)
         print(
             f"v{version}: trained on data of v{parent.version}: realised reward/req "

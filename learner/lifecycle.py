@@ -107,7 +107,7 @@ class VersionLifecycle:
             for name in state.events[0].training_window.mds_windows
         }
 
-    def gate(
+    def record_check(
         self,
         version: int,
         parent: int | None,
@@ -116,7 +116,7 @@ class VersionLifecycle:
         stop: threading.Event,
         **fields: Any,
     ) -> CycleResult:
-        """Record the gate's verdict (``fields``: more ModelVersionEvent fields); a passing
+        """Record the release check's verdict (``fields``: more ModelVersionEvent fields); a passing
         version goes to canary against ``parent`` (0: the fallback)."""
         kind = ModelEventType.GATE_PASSED if passed else ModelEventType.GATE_FAILED
         self.registry.record_step(self.model_name, version, kind, reason=reason, **fields)

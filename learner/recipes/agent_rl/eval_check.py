@@ -9,7 +9,7 @@ canary only when
 * it is a **real improvement**: the lower bound of the pass@1 difference is above ``min_lift``
   (0: significantly better than production at the chosen confidence).
 
-Every number goes into the ModelVersionEvent's metrics (:meth:`AgentGateDecision.metrics`).
+Every number goes into the ModelVersionEvent's metrics (:meth:`EvalCheckDecision.metrics`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from learner.eval_suite import EvalResult
 
 
 @dataclass(frozen=True)
-class AgentGateConfig:
+class EvalCheckConfig:
     """The ``gate`` section of the agent recipe."""
 
     tolerance: float = 0.02  # reward regression allowed at the lower bound (rewards in [0, 1])
@@ -35,7 +35,7 @@ class AgentGateConfig:
 
 
 @dataclass(frozen=True)
-class AgentGateDecision:
+class EvalCheckDecision:
     """The paired comparison and its verdict."""
 
     passed: bool
@@ -64,9 +64,9 @@ class AgentGateDecision:
         }
 
 
-def decide(
-    candidate: EvalResult, production: EvalResult, config: AgentGateConfig
-) -> AgentGateDecision:
+def eval_check(
+    candidate: EvalResult, production: EvalResult, config: EvalCheckConfig
+) -> EvalCheckDecision:
     """The gate's verdict; LearnerError when the two were not evaluated on the same tasks."""
     if candidate.task_ids != production.task_ids or not candidate.task_ids:
         raise LearnerError("evaluate candidate and production on the same, non-empty tasks")
@@ -104,7 +104,7 @@ def decide(
                 f"{pass_lower:+.3f} ({level}); reward lift lower bound {reward_lower:+.3f}"
             ),
         )
-    return AgentGateDecision(
+    return EvalCheckDecision(
         passed, reason, len(pass_diff), candidate.pass_at_1, production.pass_at_1,
         float(pass_diff.mean()), pass_lower, candidate.mean_reward, production.mean_reward,
         float(reward_diff.mean()), reward_lower,

@@ -16,7 +16,7 @@ from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import ObjectiveConfig
-from learner.recipes.gate.off_policy_check import GateConfig
+from learner.recipes.gate.off_policy_check import OffPolicyCheckConfig
 from model_registry.canary import CanaryConfig
 from policies.gate_net import GateNetConfig
 from streams.topics import REWARDS_TOPIC
@@ -53,7 +53,7 @@ class LearnerConfig:
     policy: GateNetConfig = field(default_factory=GateNetConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainerConfig = field(default_factory=TrainerConfig)  # save_dir, init_from: per run
-    gate: GateConfig = field(default_factory=GateConfig)
+    gate: OffPolicyCheckConfig = field(default_factory=OffPolicyCheckConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     # Declared feature-store features (docs/features.md) appended to the policy input, offline point

@@ -1,7 +1,7 @@
 """The gate recipe's release check: the off-policy gate before a canary (the canary's verdict is
 model_registry.canary's).
 
-:class:`OffPolicyGate` scores candidate and production on the same held-out rows (paired, see
+:class:`OffPolicyCheck` scores candidate and production on the same held-out rows (paired, see
 learner.recipes.gate.ope) and passes the candidate when the lower confidence bound of the paired
 DR difference is above ``-tolerance`` and the candidate's importance weights keep an effective
 sample size of at least ``min_effective_sample_size``. Its reward model is cross-fitted on the
@@ -24,19 +24,19 @@ from policies.context import INDEX
 from policies.policy import FeatureScorer, Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
 
-# Metric names of the candidate's two-sided DR value interval (GateDecision.interval_metrics).
+# Metric names of the candidate's two-sided DR value interval (OffPolicyDecision.interval_metrics).
 VALUE_LOWER_METRIC = "ope_dr_value_lower"
 VALUE_UPPER_METRIC = "ope_dr_value_upper"
 
 
 # What the check compares: a learned network scoring feature rows, or any suggestion policy
 # (the version-0 heuristic).
-GatePolicy = FeatureScorer | Policy
+CheckedPolicy = FeatureScorer | Policy
 
 
 @dataclass(frozen=True)
-class GateConfig:
-    """Thresholds of :class:`OffPolicyGate`."""
+class OffPolicyCheckConfig:
+    """Thresholds of :class:`OffPolicyCheck`."""
 
     tolerance: float = 0.0  # candidate may be at most this much worse (reward per request)
     # ... or, when positive, must be at least this much better: the lower bound of the paired
@@ -64,7 +64,7 @@ class GateConfig:
 
 
 @dataclass(frozen=True)
-class GateDecision:
+class OffPolicyDecision:
     """The gate's verdict and the numbers ModelVersionEvent carries (``ope_*``)."""
 
     passed: bool
@@ -101,20 +101,20 @@ class GateDecision:
         return {name: getattr(self, name) for name in names}
 
 
-class OffPolicyGate:
+class OffPolicyCheck:
     """Decides whether a candidate may go to canary (see the module docstring)."""
 
-    def __init__(self, config: GateConfig | None = None) -> None:
-        self.config = config or GateConfig()
+    def __init__(self, config: OffPolicyCheckConfig | None = None) -> None:
+        self.config = config or OffPolicyCheckConfig()
 
     def decide(
         self,
-        candidate: GatePolicy,
-        production: GatePolicy,
+        candidate: CheckedPolicy,
+        production: CheckedPolicy,
         heldout: RewardRows,
         *,
         reward_model: RewardModel | None = None,
-    ) -> GateDecision:
+    ) -> OffPolicyDecision:
         """Compare ``candidate`` with ``production`` on ``heldout``; LearnerError for no rows."""
         if len(heldout) == 0:
             raise LearnerError("the gate got no held-out rows; build windows with a holdout.")
@@ -134,7 +134,7 @@ class OffPolicyGate:
             clusters=heldout.user_id,
         )
         passed, reason = self._verdict(result)
-        return GateDecision(
+        return OffPolicyDecision(
             passed=passed,
             reason=reason,
             ope_dr_value=result.candidate_dr,
@@ -165,7 +165,7 @@ class OffPolicyGate:
             return False, f"not shown to be {c.min_lift} better than production: {figures}"
         return True, f"passed: {figures}"
 
-    def _probabilities(self, policy: GatePolicy, rows: RewardRows) -> np.ndarray:
+    def _probabilities(self, policy: CheckedPolicy, rows: RewardRows) -> np.ndarray:
         if isinstance(policy, FeatureScorer):
             p = policy.probabilities(rows.features())
         else:

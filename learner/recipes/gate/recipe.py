@@ -39,7 +39,7 @@ from learner.recipes.gate import GATE_MODEL
 from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.recipes.gate.features import feature_columns, point_in_time_enrich
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
-from learner.recipes.gate.off_policy_check import GatePolicy, OffPolicyGate
+from learner.recipes.gate.off_policy_check import CheckedPolicy, OffPolicyCheck
 from learner.recipes.gate.reward_rows import Enrich, load_rows
 from learner.recipes.gate.samples import RewardRows, collate_rows
 from learner.recipes.gate.windows import build_window
@@ -132,7 +132,7 @@ class GateRecipe:
         model fitted on the training rows; the gate compares with production on held-out rows."""
         c = self.config
         parent = production.net
-        gated_against: GatePolicy = production.policy
+        gated_against: CheckedPolicy = production.policy
         if parent is not None and parent.config.extra_columns != self._extra_columns:
             self.log(
                 f"production v{production.version} was trained on extra columns "
@@ -154,7 +154,7 @@ class GateRecipe:
 
         def check(net: GatePolicyNet, version: int, trained: Trained) -> Release:
             candidate = ServingPolicy(net, self.model_name, version)
-            decision = OffPolicyGate(c.gate).decide(
+            decision = OffPolicyCheck(c.gate).decide(
                 candidate, gated_against, heldout, reward_model=reward_model
             )
             metrics = {

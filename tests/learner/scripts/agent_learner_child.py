@@ -14,7 +14,7 @@ from flywheel.clients import codec
 from flywheel.settings import Settings
 from learner.continuous import ContinuousLearner, LearnerPaths
 from learner.eval_suite import EvalConfig
-from learner.recipes.agent_rl.eval_check import AgentGateConfig
+from learner.recipes.agent_rl.eval_check import EvalCheckConfig
 from learner.recipes.agent_rl.recipe import AgentLoopConfig, AgentRLConfig, AgentRLRecipe
 from model_registry.registry import ModelRegistry, ModelTopics
 
@@ -29,7 +29,7 @@ def main(spec: dict[str, str]) -> None:
         train=dataclasses.replace(base.train, batch_size=4, duration=spec["duration"],
                                   checkpoint_interval="1ep", lr=3e-4),
         eval=EvalConfig(tasks=20),
-        gate=AgentGateConfig(min_lift=1.0),  # refuse: no canary needed
+        gate=EvalCheckConfig(min_lift=1.0),  # refuse: no canary needed
         loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),
     )  # fmt: skip
     root = Path(spec["root"])
