@@ -154,7 +154,7 @@ class GateRecipe:
 
         def check(net: GatePolicyNet, version: int, trained: Trained) -> Release:
             candidate = ServingPolicy(net, self.model_name, version)
-            decision = OffPolicyCheck(c.gate).decide(
+            decision = OffPolicyCheck(c.release_check).decide(
                 candidate, gated_against, heldout, reward_model=reward_model
             )
             metrics = {

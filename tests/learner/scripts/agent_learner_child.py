@@ -29,7 +29,7 @@ def main(spec: dict[str, str]) -> None:
         train=dataclasses.replace(base.train, batch_size=4, duration=spec["duration"],
                                   checkpoint_interval="1ep", lr=3e-4),
         eval=EvalConfig(tasks=20),
-        gate=EvalCheckConfig(min_lift=1.0),  # refuse: no canary needed
+        release_check=EvalCheckConfig(min_lift=1.0),  # refuse: no canary needed
         loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),
     )  # fmt: skip
     root = Path(spec["root"])
