@@ -8,7 +8,7 @@ Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temper
 in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat groups,
 and take one optimizer step of the GRPO objective (learner.recipes.agent_rl.grpo) on the trials'
 tokens with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
-after, the gate's paired decision and the wall time.
+after, the eval check's paired decision and the wall time.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two arms over the same simulated fleet (same seed, so the same users, requests and outcome
 draws): ``context`` (today's policy input) and ``features`` (context + point-in-time
 ``user.accept_rate_24h`` and ``user_language.accept_rate_24h``). Each version is trained on the
-rewards the previous version served (tab@1 from the fleet's ground truth), gated off-policy
+rewards the previous version served (tab@1 from the fleet's ground truth), checked off-policy
 against it, and deployed if it passes. The features arm serves through ``ServingPolicy`` with an
 ``OnlineFeatureProvider`` over an ``OnlineFeatureStore`` fed chunk by chunk with the served
 rewards (so serving lags by up to one chunk, like attribution delay), and trains on rows

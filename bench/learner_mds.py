@@ -12,8 +12,8 @@ the pages the baselines left unwritten. Rows/s per round, then the median ratios
 
 Study (``--study``): v0 is the heuristic (P(show) = 0.95). Each version trains on the requests
 the previous version served (``--requests`` per version, 80 % of them: 1 in 5 is held out),
-warm-started from its parent with the parent as trust-region anchor; the gate compares it with
-its parent on the held-out rows; it then serves. Every version (and a planted regression that
+warm-started from its parent with the parent as trust-region anchor; the check compares it with its
+parent on the held-out rows; it then serves. Every version (and a planted regression that
 shows exactly what the candidate suppresses) is also evaluated on fresh, paired requests
 (another seed) against the hidden P(accept): shown per 1,000, accept rate, expected reward.
 

@@ -105,7 +105,9 @@ class Release:
     passed: bool
     reason: str
     metrics: dict[str, float]  # ModelVersionEvent.metrics, in the recipe's order
-    fields: dict[str, Any] = field(default_factory=dict)  # more event fields (the gate's ope_*)
+    fields: dict[str, Any] = field(
+        default_factory=dict
+    )  # more event fields (the off-policy check's ope_*)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The agent gate's decisions on paired eval results."""
+"""The agent eval check's decisions on paired eval results."""
 
 from __future__ import annotations
 

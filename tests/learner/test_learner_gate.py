@@ -1,4 +1,4 @@
-"""The off-policy gate (the canary's decision is tested in tests/model_registry)."""
+"""The off-policy check (the canary's decision is tested in tests/model_registry)."""
 
 from __future__ import annotations
 

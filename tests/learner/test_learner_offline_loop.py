@@ -1,4 +1,4 @@
-"""The learning loop offline: simulate → rewards → train → gate → serve, for two versions.
+"""The learning loop offline: simulate → rewards → train → check → serve, for two versions.
 
 The fuller six-version study with figures is bench/learner_mds.py (--study).
 """

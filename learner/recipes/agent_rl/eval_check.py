@@ -1,7 +1,7 @@
-"""The agent's gate: a candidate against production on the eval suite, paired per task.
+"""The agent's release check: a candidate against production on the eval suite, paired per task.
 
 Both versions decode the same held-out tasks greedily (`learner.eval_suite`), so each task gives
-one paired difference of pass (-1, 0, +1) and of reward. The gate passes a candidate to the
+one paired difference of pass (-1, 0, +1) and of reward. The eval check passes a candidate to the
 canary only when
 
 * its mean reward shows **no significant regression**: the bootstrap lower bound of the mean
@@ -25,7 +25,7 @@ from learner.eval_suite import EvalResult
 
 @dataclass(frozen=True)
 class EvalCheckConfig:
-    """The ``gate`` section of the agent recipe."""
+    """The ``release_check`` section of the agent recipe (old name ``gate``)."""
 
     tolerance: float = 0.02  # reward regression allowed at the lower bound (rewards in [0, 1])
     min_lift: float = 0.0  # the pass@1 difference's lower bound must exceed this
@@ -67,7 +67,7 @@ class EvalCheckDecision:
 def eval_check(
     candidate: EvalResult, production: EvalResult, config: EvalCheckConfig
 ) -> EvalCheckDecision:
-    """The gate's verdict; LearnerError when the two were not evaluated on the same tasks."""
+    """The eval check's verdict; LearnerError when the two were not evaluated on the same tasks."""
     if candidate.task_ids != production.task_ids or not candidate.task_ids:
         raise LearnerError("evaluate candidate and production on the same, non-empty tasks")
     pass_diff = candidate.passed.astype(np.float64) - production.passed.astype(np.float64)

@@ -1,4 +1,4 @@
-"""The gate recipe's release check: the off-policy gate before a canary (the canary's verdict is
+"""The gate recipe's release check: the off-policy check before a canary (the canary's verdict is
 model_registry.canary's).
 
 :class:`OffPolicyCheck` scores candidate and production on the same held-out rows (paired, see
@@ -56,16 +56,16 @@ class OffPolicyCheckConfig:
             or not 0 <= self.floor < 0.5
         ):
             raise LearnerError(
-                f"gate tolerance={self.tolerance}, min_lift={self.min_lift}, "
+                f"release_check tolerance={self.tolerance}, min_lift={self.min_lift}, "
                 f"min_effective_sample_size="
                 f"{self.min_effective_sample_size} must be >= 0 and floor={self.floor} in "
-                "[0, 0.5); fix the gate config."
+                "[0, 0.5); fix the release_check config."
             )
 
 
 @dataclass(frozen=True)
 class OffPolicyDecision:
-    """The gate's verdict and the numbers ModelVersionEvent carries (``ope_*``)."""
+    """The off-policy check's verdict and the numbers ModelVersionEvent carries (``ope_*``)."""
 
     passed: bool
     reason: str
@@ -117,7 +117,9 @@ class OffPolicyCheck:
     ) -> OffPolicyDecision:
         """Compare ``candidate`` with ``production`` on ``heldout``; LearnerError for no rows."""
         if len(heldout) == 0:
-            raise LearnerError("the gate got no held-out rows; build windows with a holdout.")
+            raise LearnerError(
+                "the off-policy check got no held-out rows; build windows with a holdout."
+            )
         c = self.config
         q_show, q_suppress = _reward_predictions(heldout, reward_model)
         result = compare(
@@ -176,7 +178,7 @@ class OffPolicyCheck:
 
 def _request_batch(rows: RewardRows) -> RequestBatch:
     """A RequestBatch of logged rows: contexts and trigger are exact, language and IDE are not
-    logged per row here (empty), so policies that read them cannot be gated this way."""
+    logged per row here (empty), so policies that read them cannot be checked this way."""
     invoked = rows.context[:, INDEX["invoked"]] == 1.0
     triggers = tuple(
         SuggestionTrigger.INVOKED if i else SuggestionTrigger.AUTOMATIC for i in invoked

@@ -1,6 +1,6 @@
 """A child process running the agent learner until two versions are decided (for SIGKILL
-tests): ``python agent_learner_child.py SPEC.json``. The gate is set to refuse (min_lift 1), so
-a run ends without a canary once the candidate is trained and gated."""
+tests): ``python agent_learner_child.py SPEC.json``. The release check refuses (min_lift 1), so
+a run ends without a canary once the candidate is trained and checked."""
 
 from __future__ import annotations
 
