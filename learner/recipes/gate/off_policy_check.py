@@ -24,7 +24,7 @@ from policies.context import INDEX
 from policies.policy import FeatureScorer, Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
 
-# Metric names of the candidate's two-sided DR value interval (OffPolicyDecision.interval_metrics).
+# Metric names of the candidate's two-sided DR value interval (OffPolicyDecision.metrics).
 VALUE_LOWER_METRIC = "ope_dr_value_lower"
 VALUE_UPPER_METRIC = "ope_dr_value_upper"
 
@@ -78,7 +78,7 @@ class OffPolicyDecision:
     ope_effective_sample_size: float
     comparison: PairedComparison
 
-    def interval_metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float]:
         """The candidate's value interval for the version's ``metrics``: a value realised later
         in the fleet should lie in it. (``ope_dr_lower`` is production's point value plus the
         paired lift's bound: the right test of "better than production", but it ignores the

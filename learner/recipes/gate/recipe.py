@@ -164,7 +164,7 @@ class GateRecipe:
                 "train_rows": float(len(train_rows)),
                 "heldout_rows": float(len(heldout)),
                 WINDOW_LAST_EVENT_METRIC: float(last_attributed_ms(new)),
-                **decision.interval_metrics(),
+                **decision.metrics(),
             }
             fields = decision.event_fields()
             reason = str(fields.pop("reason"))
