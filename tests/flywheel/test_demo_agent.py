@@ -25,7 +25,7 @@ def _event(version: int, kind: ModelEventType, second: int, **metrics: float) ->
     )  # fmt: skip
 
 
-def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> None:
+def test_agent_rows_carry_the_check_numbers_online_rewards_and_data_to_live() -> None:
     checked = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
              "eval_pass_lift_lower": 0.005, "train_tokens": 8315.0, "stale_rows": 3.0,
              "train_rows": 400.0, "served_rows": 96.0,

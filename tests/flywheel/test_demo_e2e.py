@@ -27,7 +27,7 @@ MODEL = "e2e-gate"
 
 
 @pytest.mark.timeout(1200)
-def test_the_loop_trains_gates_publishes_and_serves_a_version(
+def test_the_loop_trains_checks_publishes_and_serves_a_version(
     stack: Settings, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"

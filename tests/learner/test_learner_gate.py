@@ -63,7 +63,7 @@ def test_a_planted_worse_candidate_is_rejected() -> None:
     assert decision.ope_dr_value < decision.ope_baseline_value
 
 
-def test_too_few_effective_samples_fail_the_gate() -> None:
+def test_too_few_effective_samples_fail_the_check() -> None:
     check = OffPolicyCheck(OffPolicyCheckConfig(resamples=100, min_effective_sample_size=1000))
     decision = check.decide(_Threshold(_CUT), HeuristicPolicy(), _heldout(2000, 2))
     assert not decision.passed and "effective sample size" in decision.reason

@@ -45,7 +45,7 @@ class _ShowsTheBadOnes:
         return 1.0 - self.good.probabilities(features)
 
 
-def test_two_versions_learn_the_gate_and_the_gate_tells_good_from_bad() -> None:
+def test_two_versions_learn_the_gate_and_the_check_tells_good_from_bad() -> None:
     fleet = Fleet(SimulatorConfig(), HeuristicPolicy(), keep_requests=3 * N_PER_VERSION)
     check = OffPolicyCheck(OffPolicyCheckConfig(resamples=200, min_effective_sample_size=50))
     production: Policy = fleet.policy
