@@ -121,7 +121,7 @@ def main() -> None:
     lift, took = after.pass_at_1 - before.pass_at_1, time.monotonic() - started
     print(f"pass@1 after {args.iterations} iterations: {after.pass_at_1:.1%} ({lift:+.1%} "
           f"points); {took:.0f}s")  # fmt: skip
-    print(f"gate: {'PASS' if decision.passed else 'REFUSED'}: {decision.reason}")
+    print(f"eval check: {'PASS' if decision.passed else 'REFUSED'}: {decision.reason}")
 
 
 def _by_depth(result: EvalResult, tasks: list[Task]) -> str:

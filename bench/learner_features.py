@@ -148,7 +148,7 @@ def run_arm(features: tuple[str, ...], versions: int, requests: int, seed: int) 
             fit_offline(net, train, task, epochs=15, batch_rows=512, seed=version)
             candidate = ServingPolicy(net, "suggestion-gate", version, features=provider)
             decision = check.decide(candidate, parent, heldout)
-            lines.append(f"  v{version}: gate {'PASS' if decision.passed else 'FAIL'} — "
+            lines.append(f"  v{version}: check {'PASS' if decision.passed else 'FAIL'} — "
                          f"{decision.reason[:90]}")  # fmt: skip
             if decision.passed:
                 arm.fleet.policy = parent = candidate

@@ -181,7 +181,7 @@ def study(versions: int, requests: int, kl_coef: float, tolerance: float, seed: 
         print(
             f"v{version}: trained on data of v{parent.version}: realised reward/req "
             f"{served.reward_per_request:.4f} | shown/1000 {shown:.0f} ({shown / v0[0] - 1:+.1%})"
-            f"  accept {rate:.3f} ({rate / v0[1] - 1:+.1%})  E[reward]/req {reward:.4f} | gate "
+            f"  accept {rate:.3f} ({rate / v0[1] - 1:+.1%})  E[reward]/req {reward:.4f} | check "
             f"{'PASS' if decision.passed else 'FAIL'} DR {decision.ope_dr_value:.4f} (lower "
             f"{decision.ope_dr_lower:.4f}) vs parent {decision.ope_baseline_value:.4f}, ESS "
             f"{decision.ope_effective_sample_size:.0f}/{len(heldout)} | planted worse: "
