@@ -8,7 +8,7 @@ Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temper
 in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat groups,
 and take one optimizer step of the GRPO objective (learner.recipes.agent_rl.grpo) on the trials'
 tokens with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
-after, the gate's paired decision and the wall time.
+after, the eval check's paired decision and the wall time.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import Task
 from environments.program_synthesis import ProgramSynthesis
 from learner.eval_suite import EvalResult, evaluate
-from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
+from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter
 from learner.recipes.agent_rl.trials import collect_trials
 from policies.agent_lm import load_checkpoint
@@ -117,11 +117,11 @@ def main() -> None:
                   f"({_by_depth(now, eval_tasks)})", flush=True)  # fmt: skip
     model.eval()
     after = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
-    decision = decide(after, before, AgentGateConfig())
+    decision = eval_check(after, before, EvalCheckConfig())
     lift, took = after.pass_at_1 - before.pass_at_1, time.monotonic() - started
     print(f"pass@1 after {args.iterations} iterations: {after.pass_at_1:.1%} ({lift:+.1%} "
           f"points); {took:.0f}s")  # fmt: skip
-    print(f"gate: {'PASS' if decision.passed else 'REFUSED'}: {decision.reason}")
+    print(f"eval check: {'PASS' if decision.passed else 'REFUSED'}: {decision.reason}")
 
 
 def _by_depth(result: EvalResult, tasks: list[Task]) -> str:

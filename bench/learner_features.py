@@ -3,7 +3,7 @@
 Two arms over the same simulated fleet (same seed, so the same users, requests and outcome
 draws): ``context`` (today's policy input) and ``features`` (context + point-in-time
 ``user.accept_rate_24h`` and ``user_language.accept_rate_24h``). Each version is trained on the
-rewards the previous version served (tab@1 from the fleet's ground truth), gated off-policy
+rewards the previous version served (tab@1 from the fleet's ground truth), checked off-policy
 against it, and deployed if it passes. The features arm serves through ``ServingPolicy`` with an
 ``OnlineFeatureProvider`` over an ``OnlineFeatureStore`` fed chunk by chunk with the served
 rewards (so serving lags by up to one chunk, like attribution delay), and trains on rows
@@ -30,7 +30,11 @@ from learner.recipes.gate.features import (
 )
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.recipes.gate.off_policy_check import GateConfig, GatePolicy, OffPolicyGate
+from learner.recipes.gate.off_policy_check import (
+    CheckedPolicy,
+    OffPolicyCheck,
+    OffPolicyCheckConfig,
+)
 from learner.recipes.gate.reward_rows import load_rows
 from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GateNetConfig, GatePolicyNet, ServingPolicy
@@ -119,9 +123,9 @@ def run_arm(features: tuple[str, ...], versions: int, requests: int, seed: int) 
         arm = _Arm(Path(tmp) / "lake", features, seed, (versions + 1) * requests)
         enrich = point_in_time_enrich(features, arm.lake) if features else None
         provider = OnlineFeatureProvider(arm.store, features) if features else None
-        gate = OffPolicyGate(GateConfig(resamples=500, min_effective_sample_size=100))
+        check = OffPolicyCheck(OffPolicyCheckConfig(resamples=500, min_effective_sample_size=100))
         split = HoldoutSplit()
-        parent: GatePolicy = arm.fleet.policy
+        parent: CheckedPolicy = arm.fleet.policy
         net: GatePolicyNet | None = None
         for version in range(1, versions + 2):
             files, served = arm.serve(requests)
@@ -143,8 +147,8 @@ def run_arm(features: tuple[str, ...], versions: int, requests: int, seed: int) 
             task = GateObjective(fit_reward_model(train), ObjectiveConfig(), reference=reference)
             fit_offline(net, train, task, epochs=15, batch_rows=512, seed=version)
             candidate = ServingPolicy(net, "suggestion-gate", version, features=provider)
-            decision = gate.decide(candidate, parent, heldout)
-            lines.append(f"  v{version}: gate {'PASS' if decision.passed else 'FAIL'} — "
+            decision = check.decide(candidate, parent, heldout)
+            lines.append(f"  v{version}: check {'PASS' if decision.passed else 'FAIL'} — "
                          f"{decision.reason[:90]}")  # fmt: skip
             if decision.passed:
                 arm.fleet.policy = parent = candidate

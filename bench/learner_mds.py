@@ -12,8 +12,8 @@ the pages the baselines left unwritten. Rows/s per round, then the median ratios
 
 Study (``--study``): v0 is the heuristic (P(show) = 0.95). Each version trains on the requests
 the previous version served (``--requests`` per version, 80 % of them: 1 in 5 is held out),
-warm-started from its parent with the parent as trust-region anchor; the gate compares it with
-its parent on the held-out rows; it then serves. Every version (and a planted regression that
+warm-started from its parent with the parent as trust-region anchor; the check compares it with its
+parent on the held-out rows; it then serves. Every version (and a planted regression that
 shows exactly what the candidate suppresses) is also evaluated on fresh, paired requests
 (another seed) against the hidden P(accept): shown per 1,000, accept rate, expected reward.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, ObjectiveConfig, fit_reward_model
-from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
+from learner.recipes.gate.off_policy_check import OffPolicyCheck, OffPolicyCheckConfig
 from learner.recipes.gate.samples import RewardRows, SampleSpec
 from learner.recipes.gate.windows import build_window
 from policies.gate_net import GatePolicyNet, ServingPolicy
@@ -154,8 +154,8 @@ class _Inverted:
 def study(versions: int, requests: int, kl_coef: float, tolerance: float, seed: int) -> None:
     config = config_with_overrides(SimulatorConfig(), {"seed": seed})
     fleet = Fleet(config, HeuristicPolicy(), keep_requests=(versions + 1) * requests)
-    gate = OffPolicyGate(
-        GateConfig(tolerance=tolerance, resamples=500, min_effective_sample_size=100)
+    check = OffPolicyCheck(
+        OffPolicyCheckConfig(tolerance=tolerance, resamples=500, min_effective_sample_size=100)
     )
     split = HoldoutSplit()
     parent: Policy = fleet.policy
@@ -175,13 +175,13 @@ def study(versions: int, requests: int, kl_coef: float, tolerance: float, seed: 
         )
         fit_offline(net, train, task, epochs=15, batch_rows=512, seed=version)
         candidate = ServingPolicy(net, "suggestion-gate", version)
-        decision = gate.decide(candidate, parent, heldout)
-        planted = gate.decide(_Inverted(candidate), parent, heldout)
+        decision = check.decide(candidate, parent, heldout)
+        planted = check.decide(_Inverted(candidate), parent, heldout)
         shown, rate, reward = _evaluate(candidate)
         print(
             f"v{version}: trained on data of v{parent.version}: realised reward/req "
             f"{served.reward_per_request:.4f} | shown/1000 {shown:.0f} ({shown / v0[0] - 1:+.1%})"
-            f"  accept {rate:.3f} ({rate / v0[1] - 1:+.1%})  E[reward]/req {reward:.4f} | gate "
+            f"  accept {rate:.3f} ({rate / v0[1] - 1:+.1%})  E[reward]/req {reward:.4f} | check "
             f"{'PASS' if decision.passed else 'FAIL'} DR {decision.ope_dr_value:.4f} (lower "
             f"{decision.ope_dr_lower:.4f}) vs parent {decision.ope_baseline_value:.4f}, ESS "
             f"{decision.ope_effective_sample_size:.0f}/{len(heldout)} | planted worse: "

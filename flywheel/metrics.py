@@ -270,7 +270,7 @@ class LearnerCollector:
         yield consumed(self._service, s.train_rows)
         family = CounterMetricFamily(
             LEARNER_DECISIONS,
-            "Gate and canary decisions on versions (gate_passed, gate_failed, promoted, "
+            "Release-check and canary decisions on versions (gate_passed, gate_failed, promoted, "
             "rolled_back).",
             labels=["service", "model", "decision"],
         )

@@ -4,6 +4,11 @@ Each recipe declares its config dataclass and default file in its folder (``lear
 config.py`` or ``recipe.py``, ``configs/*.yaml``); a file passed with ``flywheel learn --config``
 may set any subset of its keys. Unknown keys and wrong values are errors that name the key, so a
 typo never silently falls back to a default.
+
+A renamed key keeps loading under its old name: a config dataclass may declare
+``KEY_ALIASES: ClassVar[Mapping[str, str]] = {"old": "new"}`` (e.g. the recipes' ``gate:``
+section, now ``release_check:``), and :func:`build_section` reads ``old`` as ``new``; a file that
+sets both is an error.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ def build_section(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
     """``cls`` (a dataclass of config keys) from ``raw``; LearnerError naming ``where`` and the
     key for anything unknown or invalid. Nested sections are built the same way."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass
+    raw = _resolve_aliases(cls, raw, where)
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise LearnerError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}.")
@@ -52,6 +58,22 @@ def build_section(cls: type[T], raw: Mapping[str, Any], where: str) -> T:
         return cls(**values)
     except (TypeError, ValueError, LearnerError) as exc:
         raise LearnerError(f"{where}: {exc}") from exc
+
+
+def _resolve_aliases(cls: type, raw: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    """``raw`` with the old names in ``cls.KEY_ALIASES`` (old → new) read as their new names."""
+    aliases: Mapping[str, str] = getattr(cls, "KEY_ALIASES", {})
+    if not any(old in raw for old in aliases):
+        return raw
+    resolved = dict(raw)
+    for old, new in aliases.items():
+        if old in resolved:
+            if new in resolved:
+                raise LearnerError(
+                    f"{where}: {old} is the old name of {new}; set one of them, not both."
+                )
+            resolved[new] = resolved.pop(old)
+    return resolved
 
 
 def _is_section(value: object) -> bool:

@@ -105,7 +105,9 @@ class Release:
     passed: bool
     reason: str
     metrics: dict[str, float]  # ModelVersionEvent.metrics, in the recipe's order
-    fields: dict[str, Any] = field(default_factory=dict)  # more event fields (the gate's ope_*)
+    fields: dict[str, Any] = field(
+        default_factory=dict
+    )  # more event fields (the off-policy check's ope_*)
 
 
 @dataclass(frozen=True)
@@ -219,8 +221,9 @@ class ContinuousLearner(Generic[M, P]):
         version = self.registry.next_version(self.settings.model_name)
         release = plan.check(model, version, trained)
         self._register(version, production, model, new, release.metrics)
-        return self.lifecycle.gate(version, production.version, release.passed, release.reason,
-                                   stop, **release.fields)  # fmt: skip
+        return self.lifecycle.record_check(
+            version, production.version, release.passed, release.reason, stop, **release.fields
+        )
 
     def _train(self, new: Sequence[WindowRecord], plan: CyclePlan[M]) -> tuple[M, FitResult]:
         s = self.settings

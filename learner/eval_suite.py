@@ -3,7 +3,7 @@ and scored in the sandbox. pass@1 is the share of tasks whose greedy completion 
 hidden test; mean reward is the mean of the trials' summed reward components.
 
 Per-task results are kept (``passed``, ``rewards``, in task order) so two versions evaluated on
-the same tasks can be compared pairwise (the agent gate, part 2).
+the same tasks can be compared pairwise (the agent's eval check, part 2).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
     REGISTERED → GATE_PASSED | GATE_FAILED → CANARY_STARTED → PROMOTED | ROLLED_BACK
 
-The recipe trains and gates; :class:`VersionLifecycle` records the gate's verdict, runs the
-canary on the ``rewards`` stream (the two versions' realised rewards, non-inferiority with a
-confidence bound), promotes or rolls back, and settles a version that a crash left undecided.
+The recipe trains and checks; :class:`VersionLifecycle` records the release check's verdict,
+runs the canary on the ``rewards`` stream (the two versions' realised rewards, non-inferiority
+with a confidence bound), promotes or rolls back, and settles a version that a crash left undecided.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class VersionLifecycle:
         next_version: Callable[[], CycleResult | None],
     ) -> list[CycleResult]:
         """A recipe's loop: settle what a crash left, then ``next_version()`` (wait for data,
-        train, gate, canary; None when ``stop`` was set while waiting) until ``stop`` is set or
+        train, check, canary; None when ``stop`` was set while waiting) until ``stop`` is set or
         ``max_versions`` versions of the model are decided in total."""
         results: list[CycleResult] = []
         self.finish_interrupted(stop)
@@ -107,7 +107,7 @@ class VersionLifecycle:
             for name in state.events[0].training_window.mds_windows
         }
 
-    def gate(
+    def record_check(
         self,
         version: int,
         parent: int | None,
@@ -116,7 +116,7 @@ class VersionLifecycle:
         stop: threading.Event,
         **fields: Any,
     ) -> CycleResult:
-        """Record the gate's verdict (``fields``: more ModelVersionEvent fields); a passing
+        """Record the release check's verdict (``fields``: more ModelVersionEvent fields); a passing
         version goes to canary against ``parent`` (0: the fallback)."""
         kind = ModelEventType.GATE_PASSED if passed else ModelEventType.GATE_FAILED
         self.registry.record_step(self.model_name, version, kind, reason=reason, **fields)
@@ -179,7 +179,7 @@ class VersionLifecycle:
                     self.model_name,
                     state.version,
                     ModelEventType.GATE_FAILED,
-                    reason="the learner stopped before the gate decided; retrained next cycle",
+                    reason="the learner stopped before the check decided; retrained next cycle",
                 )
             elif state.status is ModelEventType.CANARY_STARTED:
                 self.registry.stop_canary(self.model_name, reason="learner restarted")

@@ -245,7 +245,7 @@ class ModelRegistry:
         **changes: Any,
     ) -> ModelVersionEvent:
         """Emit ``event_type`` for a registered version, repeating its facts from its latest
-        event; ``changes`` sets other fields (``metrics``, ``ope_*`` estimates of the gate)."""
+        event; ``changes`` sets other fields (``metrics``, the off-policy check's ``ope_*``)."""
         state = self.version(model_name, version)
         event = self._step(state, event_type, reason, **changes)
         self._emit(event)

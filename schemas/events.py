@@ -270,7 +270,7 @@ class TrainingWindow(AvroRecord):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelVersionEvent(Event):
-    """One step in a model version's life; ``ope_*`` are the off-policy gate's estimates."""
+    """One step in a model version's life; ``ope_*`` are the off-policy check's estimates."""
 
     SCHEMA_NAME: ClassVar[str] = "ModelVersionEvent"
 

@@ -1,4 +1,4 @@
-"""`flywheel learn`: the continuous learner (lake → MDS → train → gate → publish → canary)."""
+"""`flywheel learn`: the continuous learner (lake → MDS → train → check → publish → canary)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def learn(
     metrics_port: int,
     metrics_host: str,
 ) -> None:
-    """Turn new lake rewards into gated model versions, continuously (--recipe gate, agent), or
+    """Turn new lake rewards into checked model versions, continuously (--recipe gate, agent), or
     train the agent LM's first version (--recipe agent-sft).
 
     gate: each cycle waits for new Reward files in the lake, converts them into an MDS window,

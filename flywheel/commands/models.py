@@ -52,7 +52,7 @@ def models() -> None:
     help="Only this model (the models.versions key). Default: every registered model.",
 )
 def list_(model_name: str | None) -> None:
-    """Every version of every model (or of --model): latest state, channels, gate estimate."""
+    """Every version of every model (or of --model): latest state, channels, check estimate."""
     registry = _registry()
     names = [model_name] if model_name is not None else registry.model_names()
     if not names:

@@ -6,7 +6,7 @@ result rows.
     flywheel rollouts --from-pool …     groups of trials with production (and the canary)
     flywheel serve --kind agent         the OpenAI API: every completion an AgentCompletion
     flywheel agent-users                simulated users calling it, reacting (AgentFeedback)
-    flywheel learn --recipe agent       windows → GRPO → eval-suite gate → canary → promote
+    flywheel learn --recipe agent       windows → GRPO → eval-suite check → canary → promote
 
 The joiner turns complete groups into grpo@1 Rewards and served completions + reactions into
 agent_use@1 Rewards; the sink lands trials, completions and Rewards in the lake, as for every

@@ -57,16 +57,16 @@ class Timeline:
         self._last = dict(by_version)
 
 
-def _gate_numbers(state: VersionState) -> tuple[float | None, ...]:
+def _check_numbers(state: VersionState) -> tuple[float | None, ...]:
     """(estimate, paired lower bound, production's value, interval low, interval high)."""
-    gated = [
+    checked = [
         e
         for e in state.events
         if e.event_type in (ModelEventType.GATE_PASSED, ModelEventType.GATE_FAILED)
     ]
-    if not gated:
+    if not checked:
         return None, None, None, None, None
-    e = gated[-1]
+    e = checked[-1]
     low, high = e.metrics.get(VALUE_LOWER_METRIC), e.metrics.get(VALUE_UPPER_METRIC)
     return e.ope_dr_value, e.ope_dr_lower, e.ope_baseline_value, low, high
 
@@ -86,7 +86,7 @@ def version_results(
         decision, reason, parent = "SERVING", None, None
         live_s = decided_s = None
         if state is not None:
-            estimate, lower, baseline, low, high = _gate_numbers(state)
+            estimate, lower, baseline, low, high = _check_numbers(state)
             decision, reason = state.status.name, state.latest.reason
             # A model's first version has no registered parent: it replaced the heuristic v0.
             parent = 0 if state.parent_version is None else state.parent_version

@@ -4,7 +4,7 @@ A run's results live in ``$FLYWHEEL_HOME/demo/<run_id>/results.json`` (read by
 ``flywheel report``) and, for SQL, in the lake at
 ``<lake>/demo.results/dt=YYYY-MM-DD/hour=HH/<run_id>.parquet`` (one row per version; the
 hive-style folders every lake table has). The realised numbers come from the simulator's ground
-truth; the gate's come from the version's ModelVersionEvents.
+truth; the release check's come from the version's ModelVersionEvents.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class VersionResult:
     reason: str | None
     data_to_live_s: float | None  # newest reward in the window → first served in the fleet
     decided_at_s: float | None  # seconds after the run started
-    # The gate's two-sided interval of the version's value (its own DR terms): where the
+    # The off-policy check's two-sided interval of the version's value (its own DR terms): where the
     # realised reward per request should fall. None in results written before it existed.
     gate_interval_low: float | None = None
     gate_interval_high: float | None = None

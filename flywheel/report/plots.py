@@ -50,7 +50,7 @@ def timeline(results: RunResults, path: Path) -> Path:
 
 
 def reward(results: RunResults, path: Path) -> Path:
-    """Realised reward per request of every version, coloured by the gate's decision."""
+    """Realised reward per request of every version, coloured by the release check's decision."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
     colours = {"PROMOTED": "tab:green", "GATE_FAILED": "tab:red", "ROLLED_BACK": "tab:orange"}
     versions = [v for v in results.versions if v.requests]
@@ -68,16 +68,16 @@ def reward(results: RunResults, path: Path) -> Path:
 
 
 def gate(results: RunResults, path: Path) -> Path:
-    """The gate's estimate with its value interval (or, in older results, the paired lower
-    bound) against the value realised in the fleet."""
+    """The off-policy check's estimate with its value interval (or, in older results, the
+    paired lower bound) against the value realised in the fleet."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    gated = [v for v in results.versions if v.gate_estimate is not None]
-    xs = range(len(gated))
-    est = [v.gate_estimate or 0.0 for v in gated]
+    checked = [v for v in results.versions if v.gate_estimate is not None]
+    xs = range(len(checked))
+    est = [v.gate_estimate or 0.0 for v in checked]
     below = [e - (v.gate_interval_low if v.gate_interval_low is not None else v.gate_lower or e)
-             for e, v in zip(est, gated, strict=True)]  # fmt: skip
+             for e, v in zip(est, checked, strict=True)]  # fmt: skip
     above = [(v.gate_interval_high if v.gate_interval_high is not None else e) - e
-             for e, v in zip(est, gated, strict=True)]  # fmt: skip
+             for e, v in zip(est, checked, strict=True)]  # fmt: skip
     ax.errorbar(
         [x - 0.1 for x in xs],
         est,
@@ -88,15 +88,15 @@ def gate(results: RunResults, path: Path) -> Path:
     )
     ax.plot(
         [x + 0.1 for x in xs],
-        [v.reward_per_request if v.requests else float("nan") for v in gated],
+        [v.reward_per_request if v.requests else float("nan") for v in checked],
         "s",
         label="realised in the fleet",
     )
-    baselines = [float("nan") if v.gate_baseline is None else v.gate_baseline for v in gated]
+    baselines = [float("nan") if v.gate_baseline is None else v.gate_baseline for v in checked]
     ax.plot(
         list(xs), baselines, "_", markersize=20, color="black", label="production on the same data"
     )
-    ax.set_xticks(list(xs), [f"v{v.version}" for v in gated])
+    ax.set_xticks(list(xs), [f"v{v.version}" for v in checked])
     ax.set_ylabel("reward per request")
     ax.legend(fontsize="small")
     ax.set_title("Off-policy gate: estimate vs realised value")

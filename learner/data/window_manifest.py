@@ -44,7 +44,7 @@ class LakeFileRef:
 class WindowRecord:
     """One immutable window: its lake files, row counts and time range.
 
-    ``rows`` went into MDS (training rows); ``heldout_rows`` stayed out (the gate's data);
+    ``rows`` went into MDS (training rows); ``heldout_rows`` stayed out (the release check's data);
     ``skipped_rows`` were other sources or reward functions. Times are epoch milliseconds of the
     rows' event times (None for a window without suggestion rows).
     """

@@ -25,17 +25,17 @@ def _event(version: int, kind: ModelEventType, second: int, **metrics: float) ->
     )  # fmt: skip
 
 
-def test_agent_rows_carry_the_gate_numbers_online_rewards_and_data_to_live() -> None:
-    gated = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
+def test_agent_rows_carry_the_check_numbers_online_rewards_and_data_to_live() -> None:
+    checked = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
              "eval_pass_lift_lower": 0.005, "train_tokens": 8315.0, "stale_rows": 3.0,
              "train_rows": 400.0, "served_rows": 96.0,
              WINDOW_LAST_EVENT_METRIC: (T0.timestamp() + 100) * 1000}  # fmt: skip
     states = fold_versions([
         _event(1, ModelEventType.REGISTERED, 0, eval_pass_at_1=0.155),
         _event(1, ModelEventType.PROMOTED, 1, eval_pass_at_1=0.155),
-        _event(2, ModelEventType.REGISTERED, 150, **gated),
-        _event(2, ModelEventType.GATE_PASSED, 151, **gated),
-        _event(2, ModelEventType.PROMOTED, 182, **gated),
+        _event(2, ModelEventType.REGISTERED, 150, **checked),
+        _event(2, ModelEventType.GATE_PASSED, 151, **checked),
+        _event(2, ModelEventType.PROMOTED, 182, **checked),
         _event(3, ModelEventType.REGISTERED, 300, eval_pass_at_1=0.18),
         _event(3, ModelEventType.GATE_FAILED, 301, eval_pass_at_1=0.18),
     ])  # fmt: skip

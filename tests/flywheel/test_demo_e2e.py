@@ -1,7 +1,7 @@
 """End to end: a shortened closed loop on the real local stack.
 
 `flywheel demo` runs the fleet, joiner, lake sink and learner until two versions are decided; the
-test then checks that a version was trained, gated, published and served by the simulated
+test then checks that a version was trained, checked, published and served by the simulated
 fleet, and that the lake, the catalog, the registry and the report all reflect it.
 """
 
@@ -27,7 +27,7 @@ MODEL = "e2e-gate"
 
 
 @pytest.mark.timeout(1200)
-def test_the_loop_trains_gates_publishes_and_serves_a_version(
+def test_the_loop_trains_checks_publishes_and_serves_a_version(
     stack: Settings, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
@@ -44,7 +44,7 @@ def test_the_loop_trains_gates_publishes_and_serves_a_version(
     assert by_version[0].requests > 0  # the fleet started on v0
     assert len(by_version) >= 3, results.versions  # v0 and two decided versions
     v1 = by_version[1]
-    assert v1.gate_estimate is not None and v1.gate_lower is not None  # it was gated
+    assert v1.gate_estimate is not None and v1.gate_lower is not None  # it was checked
     if v1.decision != "GATE_FAILED":  # passed: the fleet served it (canary, then production)
         assert v1.requests > 0 and v1.data_to_live_s is not None
     assert any(v.requests > 0 for v in results.versions if v.version > 0), results.versions

@@ -1,7 +1,7 @@
-"""The agent's gate: a candidate against production on the eval suite, paired per task.
+"""The agent's release check: a candidate against production on the eval suite, paired per task.
 
 Both versions decode the same held-out tasks greedily (`learner.eval_suite`), so each task gives
-one paired difference of pass (-1, 0, +1) and of reward. The gate passes a candidate to the
+one paired difference of pass (-1, 0, +1) and of reward. The eval check passes a candidate to the
 canary only when
 
 * its mean reward shows **no significant regression**: the bootstrap lower bound of the mean
@@ -9,7 +9,7 @@ canary only when
 * it is a **real improvement**: the lower bound of the pass@1 difference is above ``min_lift``
   (0: significantly better than production at the chosen confidence).
 
-Every number goes into the ModelVersionEvent's metrics (:meth:`AgentGateDecision.metrics`).
+Every number goes into the ModelVersionEvent's metrics (:meth:`EvalCheckDecision.metrics`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from learner.eval_suite import EvalResult
 
 
 @dataclass(frozen=True)
-class AgentGateConfig:
-    """The ``gate`` section of the agent recipe."""
+class EvalCheckConfig:
+    """The ``release_check`` section of the agent recipe (old name ``gate``)."""
 
     tolerance: float = 0.02  # reward regression allowed at the lower bound (rewards in [0, 1])
     min_lift: float = 0.0  # the pass@1 difference's lower bound must exceed this
@@ -35,7 +35,7 @@ class AgentGateConfig:
 
 
 @dataclass(frozen=True)
-class AgentGateDecision:
+class EvalCheckDecision:
     """The paired comparison and its verdict."""
 
     passed: bool
@@ -64,10 +64,10 @@ class AgentGateDecision:
         }
 
 
-def decide(
-    candidate: EvalResult, production: EvalResult, config: AgentGateConfig
-) -> AgentGateDecision:
-    """The gate's verdict; LearnerError when the two were not evaluated on the same tasks."""
+def eval_check(
+    candidate: EvalResult, production: EvalResult, config: EvalCheckConfig
+) -> EvalCheckDecision:
+    """The eval check's verdict; LearnerError when the two were not evaluated on the same tasks."""
     if candidate.task_ids != production.task_ids or not candidate.task_ids:
         raise LearnerError("evaluate candidate and production on the same, non-empty tasks")
     pass_diff = candidate.passed.astype(np.float64) - production.passed.astype(np.float64)
@@ -104,7 +104,7 @@ def decide(
                 f"{pass_lower:+.3f} ({level}); reward lift lower bound {reward_lower:+.3f}"
             ),
         )
-    return AgentGateDecision(
+    return EvalCheckDecision(
         passed, reason, len(pass_diff), candidate.pass_at_1, production.pass_at_1,
         float(pass_diff.mean()), pass_lower, candidate.mean_reward, production.mean_reward,
         float(reward_diff.mean()), reward_lower,

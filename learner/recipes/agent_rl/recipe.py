@@ -22,10 +22,10 @@ the agent's pieces.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate
 from learner.lifecycle import LearnerStats
 from learner.recipes import RecipeRun, overridden
-from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
+from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask
 from learner.recipes.agent_rl.windows import AgentLakeReads, TokenWindowConfig, build_agent_window
 from model_registry.artifacts import verify_artifact
@@ -91,6 +91,9 @@ AGENT_CANARY = CanaryConfig(
 class AgentRLConfig:
     """Every section of ``learner/recipes/agent_rl/configs/rl.yaml``."""
 
+    # ``gate:`` was the release check's section before "gate" meant the model only; still read.
+    KEY_ALIASES: ClassVar[Mapping[str, str]] = {"gate": "release_check"}
+
     model_name: str = "agent-lm"
     environment: str = PROGRAM_SYNTHESIS
     windows: TokenWindowConfig = field(default_factory=TokenWindowConfig)
@@ -100,7 +103,7 @@ class AgentRLConfig:
     objective: GRPOConfig = field(default_factory=GRPOConfig)
     train: TrainerConfig = field(default_factory=lambda: AGENT_TRAINING)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    gate: AgentGateConfig = field(default_factory=AgentGateConfig)
+    release_check: EvalCheckConfig = field(default_factory=EvalCheckConfig)
     canary: CanaryConfig = field(default_factory=lambda: AGENT_CANARY)
     loop: AgentLoopConfig = field(default_factory=AgentLoopConfig)
 
@@ -213,7 +216,7 @@ class AgentRLRecipe:
         def check(candidate: Any, version: int, trained: Trained) -> Release:
             started = time.monotonic()
             result = self._evaluate(candidate, production.tokenizer)
-            decision = decide(result, self._production_eval(production), c.gate)
+            decision = eval_check(result, self._production_eval(production), c.release_check)
             eval_s = time.monotonic() - started
             metrics = {
                 **decision.metrics(),

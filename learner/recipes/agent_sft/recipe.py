@@ -5,7 +5,7 @@ Read top to bottom: a corpus of (prompt, reference solution) pairs from the envi
 training tasks → a byte-level BPE tokenizer trained on it → one MDS token window → the training
 engine (`learner.engine.trainer.Trainer`: checkpoints, autoresume, microbatching) with next-token
 cross-entropy on the solution tokens → a Hugging Face checkpoint → the eval suite's greedy pass@1
-on held-out tasks (the baseline every later version is gated against) → an artifact registered
+on held-out tasks (the baseline every later version is checked against) → an artifact registered
 and promoted to production, its pass@1 in the event's metrics.
 """
 

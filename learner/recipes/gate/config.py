@@ -7,8 +7,10 @@ wrong values are errors that name the key, so a typo never silently falls back t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from learner.config import load_config
 from learner.data.replay import StreamsConfig
@@ -16,7 +18,7 @@ from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import ObjectiveConfig
-from learner.recipes.gate.off_policy_check import GateConfig
+from learner.recipes.gate.off_policy_check import OffPolicyCheckConfig
 from model_registry.canary import CanaryConfig
 from policies.gate_net import GateNetConfig
 from streams.topics import REWARDS_TOPIC
@@ -38,13 +40,16 @@ class LoopConfig:
     """When a new version is trained."""
 
     min_new_rows: int = 4000  # training rows (held-out excluded) in windows not yet trained on
-    heldout_windows: int = 4  # the gate evaluates on held-out rows of this many newest windows
+    heldout_windows: int = 4  # the release check uses the held-out rows of this many newest windows
     poll_s: float = 2.0
 
 
 @dataclass(frozen=True)
 class LearnerConfig:
     """Every section of a gate recipe config file (``configs/default.yaml``)."""
+
+    # ``gate:`` was the release check's section before "gate" meant the model only; still read.
+    KEY_ALIASES: ClassVar[Mapping[str, str]] = {"gate": "release_check"}
 
     reward_fn: str = "tab@1"
     windows: WindowsConfig = field(default_factory=WindowsConfig)
@@ -53,7 +58,7 @@ class LearnerConfig:
     policy: GateNetConfig = field(default_factory=GateNetConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainerConfig = field(default_factory=TrainerConfig)  # save_dir, init_from: per run
-    gate: GateConfig = field(default_factory=GateConfig)
+    release_check: OffPolicyCheckConfig = field(default_factory=OffPolicyCheckConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     # Declared feature-store features (docs/features.md) appended to the policy input, offline point

@@ -1,4 +1,4 @@
-"""The held-out split: a stable hash of ``source_id`` decides which rewards the gate keeps.
+"""The held-out split: a stable hash of ``source_id`` decides which rewards the release check keeps.
 
 A row is held out when ``mix64(fnv64(salt + ":" + source_id))`` falls below ``fraction * 2**64``:
 an FNV-1a-style hash over the UTF-8 bytes taken as little-endian 64-bit words (zero-padded, the
@@ -6,9 +6,9 @@ byte length mixed into the start value), then the splitmix64 finaliser for unifo
 Word-wise hashing keeps the vectorised form to one numpy pass per 8 bytes. The
 split is a pure function of the id, fixed here rather than borrowed from a library whose hash may
 change between versions, so every process, rerun and window agrees on it and a suggestion is
-never in training data and in the gate's held-out data. :meth:`HoldoutSplit.mask` computes it
-vectorised with numpy over an Arrow string column (a few million ids/s), :meth:`is_held_out`
-per id.
+never in training data and in the release check's held-out data. :meth:`HoldoutSplit.mask`
+computes it vectorised with numpy over an Arrow string column (a few million ids/s),
+:meth:`is_held_out` per id.
 Change ``salt`` (never ``fraction`` of a running deployment) to draw a new split.
 """
 
@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from learner.errors import LearnerError
 
-DEFAULT_FRACTION = 0.2  # 1 in 5 suggestions is held out for the off-policy gate
+DEFAULT_FRACTION = 0.2  # 1 in 5 suggestions is held out for the off-policy check
 DEFAULT_SALT = "flywheel-holdout@1"
 _SPAN = 2**64
 _MASK = _SPAN - 1

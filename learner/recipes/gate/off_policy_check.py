@@ -1,7 +1,7 @@
-"""The gate recipe's release check: the off-policy gate before a canary (the canary's verdict is
+"""The gate recipe's release check: the off-policy check before a canary (the canary's verdict is
 model_registry.canary's).
 
-:class:`OffPolicyGate` scores candidate and production on the same held-out rows (paired, see
+:class:`OffPolicyCheck` scores candidate and production on the same held-out rows (paired, see
 learner.recipes.gate.ope) and passes the candidate when the lower confidence bound of the paired
 DR difference is above ``-tolerance`` and the candidate's importance weights keep an effective
 sample size of at least ``min_effective_sample_size``. Its reward model is cross-fitted on the
@@ -24,19 +24,19 @@ from policies.context import INDEX
 from policies.policy import FeatureScorer, Policy, RequestBatch
 from schemas.enums import SuggestionTrigger
 
-# Metric names of the candidate's two-sided DR value interval (GateDecision.interval_metrics).
+# Metric names of the candidate's two-sided DR value interval (OffPolicyDecision.metrics).
 VALUE_LOWER_METRIC = "ope_dr_value_lower"
 VALUE_UPPER_METRIC = "ope_dr_value_upper"
 
 
 # What the check compares: a learned network scoring feature rows, or any suggestion policy
 # (the version-0 heuristic).
-GatePolicy = FeatureScorer | Policy
+CheckedPolicy = FeatureScorer | Policy
 
 
 @dataclass(frozen=True)
-class GateConfig:
-    """Thresholds of :class:`OffPolicyGate`."""
+class OffPolicyCheckConfig:
+    """Thresholds of :class:`OffPolicyCheck`."""
 
     tolerance: float = 0.0  # candidate may be at most this much worse (reward per request)
     # ... or, when positive, must be at least this much better: the lower bound of the paired
@@ -56,16 +56,16 @@ class GateConfig:
             or not 0 <= self.floor < 0.5
         ):
             raise LearnerError(
-                f"gate tolerance={self.tolerance}, min_lift={self.min_lift}, "
+                f"release_check tolerance={self.tolerance}, min_lift={self.min_lift}, "
                 f"min_effective_sample_size="
                 f"{self.min_effective_sample_size} must be >= 0 and floor={self.floor} in "
-                "[0, 0.5); fix the gate config."
+                "[0, 0.5); fix the release_check config."
             )
 
 
 @dataclass(frozen=True)
-class GateDecision:
-    """The gate's verdict and the numbers ModelVersionEvent carries (``ope_*``)."""
+class OffPolicyDecision:
+    """The off-policy check's verdict and the numbers ModelVersionEvent carries (``ope_*``)."""
 
     passed: bool
     reason: str
@@ -78,7 +78,7 @@ class GateDecision:
     ope_effective_sample_size: float
     comparison: PairedComparison
 
-    def interval_metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float]:
         """The candidate's value interval for the version's ``metrics``: a value realised later
         in the fleet should lie in it. (``ope_dr_lower`` is production's point value plus the
         paired lift's bound: the right test of "better than production", but it ignores the
@@ -101,23 +101,25 @@ class GateDecision:
         return {name: getattr(self, name) for name in names}
 
 
-class OffPolicyGate:
+class OffPolicyCheck:
     """Decides whether a candidate may go to canary (see the module docstring)."""
 
-    def __init__(self, config: GateConfig | None = None) -> None:
-        self.config = config or GateConfig()
+    def __init__(self, config: OffPolicyCheckConfig | None = None) -> None:
+        self.config = config or OffPolicyCheckConfig()
 
     def decide(
         self,
-        candidate: GatePolicy,
-        production: GatePolicy,
+        candidate: CheckedPolicy,
+        production: CheckedPolicy,
         heldout: RewardRows,
         *,
         reward_model: RewardModel | None = None,
-    ) -> GateDecision:
+    ) -> OffPolicyDecision:
         """Compare ``candidate`` with ``production`` on ``heldout``; LearnerError for no rows."""
         if len(heldout) == 0:
-            raise LearnerError("the gate got no held-out rows; build windows with a holdout.")
+            raise LearnerError(
+                "the off-policy check got no held-out rows; build windows with a holdout."
+            )
         c = self.config
         q_show, q_suppress = _reward_predictions(heldout, reward_model)
         result = compare(
@@ -134,7 +136,7 @@ class OffPolicyGate:
             clusters=heldout.user_id,
         )
         passed, reason = self._verdict(result)
-        return GateDecision(
+        return OffPolicyDecision(
             passed=passed,
             reason=reason,
             ope_dr_value=result.candidate_dr,
@@ -165,7 +167,7 @@ class OffPolicyGate:
             return False, f"not shown to be {c.min_lift} better than production: {figures}"
         return True, f"passed: {figures}"
 
-    def _probabilities(self, policy: GatePolicy, rows: RewardRows) -> np.ndarray:
+    def _probabilities(self, policy: CheckedPolicy, rows: RewardRows) -> np.ndarray:
         if isinstance(policy, FeatureScorer):
             p = policy.probabilities(rows.features())
         else:
@@ -176,7 +178,7 @@ class OffPolicyGate:
 
 def _request_batch(rows: RewardRows) -> RequestBatch:
     """A RequestBatch of logged rows: contexts and trigger are exact, language and IDE are not
-    logged per row here (empty), so policies that read them cannot be gated this way."""
+    logged per row here (empty), so policies that read them cannot be checked this way."""
     invoked = rows.context[:, INDEX["invoked"]] == 1.0
     triggers = tuple(
         SuggestionTrigger.INVOKED if i else SuggestionTrigger.AUTOMATIC for i in invoked

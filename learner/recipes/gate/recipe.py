@@ -1,12 +1,12 @@
 """`flywheel learn` (``--recipe gate``): the suggestion gate's continuous recipe (DESIGN §8).
 
     wait for new lake rewards → MDS window(s) → train (warm start from production, autoresume)
-      → off-policy gate → artifact + REGISTERED/GATE_* → canary on the rewards stream
+      → off-policy check → artifact + REGISTERED/GATE_* → canary on the rewards stream
       → PROMOTED or ROLLED_BACK → repeat
 
 The loop is learner.continuous's; :class:`GateRecipe` supplies the gate's pieces: production
 (the heuristic v0 until a version is promoted), reward-row windows with held-out rows, the
-network and its objective, the off-policy gate on the held-out rows, and the CUPED covariates of
+network and its objective, the off-policy check on the held-out rows, and the CUPED covariates of
 the canary.
 """
 
@@ -39,7 +39,7 @@ from learner.recipes.gate import GATE_MODEL
 from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.recipes.gate.features import feature_columns, point_in_time_enrich
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
-from learner.recipes.gate.off_policy_check import GatePolicy, OffPolicyGate
+from learner.recipes.gate.off_policy_check import CheckedPolicy, OffPolicyCheck
 from learner.recipes.gate.reward_rows import Enrich, load_rows
 from learner.recipes.gate.samples import RewardRows, collate_rows
 from learner.recipes.gate.windows import build_window
@@ -129,17 +129,18 @@ class GateRecipe:
         self, new: Sequence[WindowRecord], production: GateProduction
     ) -> CyclePlan[GatePolicyNet]:
         """Train on ``new`` (+ replay) warm-started from production's network, with a reward
-        model fitted on the training rows; the gate compares with production on held-out rows."""
+        model fitted on the training rows; the release check compares with production on held-out
+        rows."""
         c = self.config
         parent = production.net
-        gated_against: GatePolicy = production.policy
+        checked_against: CheckedPolicy = production.policy
         if parent is not None and parent.config.extra_columns != self._extra_columns:
             self.log(
                 f"production v{production.version} was trained on extra columns "
                 f"{parent.config.extra_columns or 'none'}, this config gives "
                 f"{self._extra_columns or 'none'}: training a fresh network, no warm start"
             )
-            gated_against = self._scored_on_own_features(parent, self._recent(new))
+            checked_against = self._scored_on_own_features(parent, self._recent(new))
             parent = None
         train_rows = self._rows(new, holdout=False)
         heldout = self._rows(self._recent(new), holdout=True)
@@ -154,8 +155,8 @@ class GateRecipe:
 
         def check(net: GatePolicyNet, version: int, trained: Trained) -> Release:
             candidate = ServingPolicy(net, self.model_name, version)
-            decision = OffPolicyGate(c.gate).decide(
-                candidate, gated_against, heldout, reward_model=reward_model
+            decision = OffPolicyCheck(c.release_check).decide(
+                candidate, checked_against, heldout, reward_model=reward_model
             )
             metrics = {
                 "train_loss": trained.loss,
@@ -163,7 +164,7 @@ class GateRecipe:
                 "train_rows": float(len(train_rows)),
                 "heldout_rows": float(len(heldout)),
                 WINDOW_LAST_EVENT_METRIC: float(last_attributed_ms(new)),
-                **decision.interval_metrics(),
+                **decision.metrics(),
             }
             fields = decision.event_fields()
             reason = str(fields.pop("reason"))
@@ -193,7 +194,7 @@ class GateRecipe:
     # Pieces -----------------------------------------------------------------------------
 
     def _recent(self, new: Sequence[WindowRecord]) -> list[WindowRecord]:
-        """The gate's windows: the new ones and the ones just before them, up to
+        """The release check's windows: the new ones and the ones just before them, up to
         ``loop.heldout_windows`` (held-out rows are never trained on, so older ones stay valid
         evidence, and more rows keep the effective sample size up when a version moves far)."""
         manifest = read_manifest(
@@ -228,12 +229,13 @@ class GateRecipe:
         self, net: GatePolicyNet, windows: Sequence[WindowRecord]
     ) -> _FixedScores:
         """Production's P(show) on the held-out rows of ``windows`` with the extra columns it
-        was trained on (another feature list than the config's), for the gate's comparison."""
+        was trained on (another feature list than the config's), for the release check's
+        comparison."""
         extra = net.config.extra_columns
         names = extra[: len(extra) // 2]
         if feature_columns(names) != extra:
             raise LearnerError(
-                f"production's extra columns {extra} are not feature-store columns; gate it "
+                f"production's extra columns {extra} are not feature-store columns; check it "
                 "with its own learner config or start a new model name."
             )
         own = point_in_time_enrich(names, self.paths.lake) if names else _no_features
@@ -246,7 +248,7 @@ def _no_features(table: pa.Table) -> pa.Table:
 
 
 class _FixedScores:
-    """P(show) computed beforehand for exactly the gate's held-out rows (in their order)."""
+    """P(show) computed beforehand for exactly the check's held-out rows (in their order)."""
 
     def __init__(self, scores: np.ndarray) -> None:
         self._scores = scores
@@ -254,7 +256,8 @@ class _FixedScores:
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         if len(features) != len(self._scores):
             raise LearnerError(
-                f"scores were computed for {len(self._scores)} rows, the gate asks {len(features)}."
+                f"scores were computed for {len(self._scores)} rows, the check asks "
+                f"{len(features)}."
             )
         return self._scores
 

@@ -1,4 +1,4 @@
-"""The agent gate's decisions on paired eval results."""
+"""The agent eval check's decisions on paired eval results."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from learner.errors import LearnerError
 from learner.eval_suite import EvalResult
-from learner.recipes.agent_rl.eval_check import AgentGateConfig, decide
+from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
 
 N = 200
 
@@ -26,7 +26,7 @@ def _pair(base_rate: float, lift: float, seed: int = 0) -> tuple[EvalResult, Eva
 
 def test_a_real_improvement_passes_with_every_number_in_the_metrics() -> None:
     candidate, production = _pair(0.15, 0.25)
-    decision = decide(candidate, production, AgentGateConfig())
+    decision = eval_check(candidate, production, EvalCheckConfig())
     assert decision.passed, decision.reason
     assert decision.pass_lift_lower > 0 and decision.candidate_pass_at_1 > 0.3
     assert decision.metrics()["eval_production_pass_at_1"] == pytest.approx(0.15, abs=0.05)
@@ -34,10 +34,10 @@ def test_a_real_improvement_passes_with_every_number_in_the_metrics() -> None:
 
 def test_a_tie_and_a_regression_are_refused() -> None:
     same = _result(np.random.default_rng(1).random(N) < 0.2)
-    tie = decide(same, same, AgentGateConfig())
+    tie = eval_check(same, same, EvalCheckConfig())
     assert not tie.passed and "no significant pass@1 improvement" in tie.reason
     production, candidate = _pair(0.15, 0.25)  # swapped: the candidate lost tasks
-    worse = decide(candidate, production, AgentGateConfig())
+    worse = eval_check(candidate, production, EvalCheckConfig())
     assert not worse.passed and "regress" in worse.reason
 
 
@@ -45,4 +45,4 @@ def test_results_on_different_tasks_are_refused() -> None:
     a = _result(np.ones(3))
     b = EvalResult(("x", "y", "z"), a.passed, a.rewards, a.statuses)
     with pytest.raises(LearnerError, match="same"):
-        decide(a, b, AgentGateConfig())
+        eval_check(a, b, EvalCheckConfig())

@@ -1,4 +1,4 @@
-"""The off-policy gate (the canary's decision is tested in tests/model_registry)."""
+"""The off-policy check (the canary's decision is tested in tests/model_registry)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from learner.errors import LearnerError
-from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
+from learner.recipes.gate.off_policy_check import OffPolicyCheck, OffPolicyCheckConfig
 from learner.recipes.gate.samples import RewardRows
 from policies.policy import HeuristicPolicy
 from schemas.events import ModelVersionEvent
@@ -45,8 +45,8 @@ _CUT = float(np.log(1 / 3) + 1.2) / 1.5  # P(accept) = 0.25 there: the break-eve
 
 
 def test_a_better_candidate_passes_with_event_ready_numbers() -> None:
-    gate = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=100))
-    decision = gate.decide(_Threshold(_CUT), HeuristicPolicy(), _heldout(5000))
+    check = OffPolicyCheck(OffPolicyCheckConfig(resamples=300, min_effective_sample_size=100))
+    decision = check.decide(_Threshold(_CUT), HeuristicPolicy(), _heldout(5000))
     assert decision.passed, decision.reason
     assert decision.ope_dr_value > decision.ope_baseline_value
     assert decision.ope_dr_lower > decision.ope_baseline_value
@@ -57,26 +57,28 @@ def test_a_better_candidate_passes_with_event_ready_numbers() -> None:
 
 
 def test_a_planted_worse_candidate_is_rejected() -> None:
-    gate = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=50))
-    decision = gate.decide(_Threshold(_CUT, invert=True), HeuristicPolicy(), _heldout(5000, 1))
+    check = OffPolicyCheck(OffPolicyCheckConfig(resamples=300, min_effective_sample_size=50))
+    decision = check.decide(_Threshold(_CUT, invert=True), HeuristicPolicy(), _heldout(5000, 1))
     assert not decision.passed and "not shown to be within" in decision.reason
     assert decision.ope_dr_value < decision.ope_baseline_value
 
 
-def test_too_few_effective_samples_fail_the_gate() -> None:
-    gate = OffPolicyGate(GateConfig(resamples=100, min_effective_sample_size=1000))
-    decision = gate.decide(_Threshold(_CUT), HeuristicPolicy(), _heldout(2000, 2))
+def test_too_few_effective_samples_fail_the_check() -> None:
+    check = OffPolicyCheck(OffPolicyCheckConfig(resamples=100, min_effective_sample_size=1000))
+    decision = check.decide(_Threshold(_CUT), HeuristicPolicy(), _heldout(2000, 2))
     assert not decision.passed and "effective sample size" in decision.reason
     with pytest.raises(LearnerError):
-        gate.decide(_Threshold(0.0), HeuristicPolicy(), _heldout(0))
+        check.decide(_Threshold(0.0), HeuristicPolicy(), _heldout(0))
 
 
 def test_a_tie_with_production_is_not_a_new_version() -> None:
     """The candidate *is* production: within tolerance, but not the minimum lift better."""
     rows = _heldout(5000, 3)
-    gate = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=50, tolerance=0.01))
-    decision = gate.decide(HeuristicPolicy(), HeuristicPolicy(), rows)
+    check = OffPolicyCheck(
+        OffPolicyCheckConfig(resamples=300, min_effective_sample_size=50, tolerance=0.01)
+    )
+    decision = check.decide(HeuristicPolicy(), HeuristicPolicy(), rows)
     assert not decision.passed and "better than production" in decision.reason
-    no_lift = OffPolicyGate(GateConfig(resamples=300, min_effective_sample_size=50,
+    no_lift = OffPolicyCheck(OffPolicyCheckConfig(resamples=300, min_effective_sample_size=50,
                                        tolerance=0.01, min_lift=0.0))  # fmt: skip
     assert no_lift.decide(HeuristicPolicy(), HeuristicPolicy(), rows).passed

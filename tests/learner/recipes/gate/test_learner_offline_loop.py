@@ -1,4 +1,4 @@
-"""The learning loop offline: simulate → rewards → train → gate → serve, for two versions.
+"""The learning loop offline: simulate → rewards → train → check → serve, for two versions.
 
 The fuller six-version study with figures is bench/learner_mds.py (--study).
 """
@@ -11,7 +11,7 @@ import numpy as np
 
 from learner.recipes.gate.holdout import HoldoutSplit
 from learner.recipes.gate.objective import GateObjective, fit_reward_model
-from learner.recipes.gate.off_policy_check import GateConfig, OffPolicyGate
+from learner.recipes.gate.off_policy_check import OffPolicyCheck, OffPolicyCheckConfig
 from learner.recipes.gate.samples import RewardRows
 from policies.gate_net import GatePolicyNet, ServingPolicy
 from policies.policy import HeuristicPolicy, Policy
@@ -45,9 +45,9 @@ class _ShowsTheBadOnes:
         return 1.0 - self.good.probabilities(features)
 
 
-def test_two_versions_learn_the_gate_and_the_gate_tells_good_from_bad() -> None:
+def test_two_versions_learn_the_gate_and_the_check_tells_good_from_bad() -> None:
     fleet = Fleet(SimulatorConfig(), HeuristicPolicy(), keep_requests=3 * N_PER_VERSION)
-    gate = OffPolicyGate(GateConfig(resamples=200, min_effective_sample_size=50))
+    check = OffPolicyCheck(OffPolicyCheckConfig(resamples=200, min_effective_sample_size=50))
     production: Policy = fleet.policy
     net: GatePolicyNet | None = None
     figures = [_evaluate(production)]
@@ -61,10 +61,10 @@ def test_two_versions_learn_the_gate_and_the_gate_tells_good_from_bad() -> None:
         task = GateObjective(fit_reward_model(train), reference=reference)
         fit_offline(net, train, task, epochs=10, batch_rows=512)
         candidate = ServingPolicy(net, "suggestion-gate", version)
-        decision = gate.decide(candidate, production, heldout)
+        decision = check.decide(candidate, production, heldout)
         assert decision.passed or version == 2, decision.reason  # v2 may tie with v1
         if version == 1:
-            worse = gate.decide(_ShowsTheBadOnes(candidate), production, heldout)
+            worse = check.decide(_ShowsTheBadOnes(candidate), production, heldout)
             assert not worse.passed, worse.reason
         fleet.policy = production = candidate
         figures.append(_evaluate(candidate))

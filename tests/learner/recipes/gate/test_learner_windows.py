@@ -133,7 +133,7 @@ def test_a_model_name_keeps_only_that_models_rows(tmp_path: Path) -> None:
     assert record.rows + record.heldout_rows == 70
     assert len(record.files) == 2  # both files are converted, whatever they held
     # The learner's rows read back from the window's files (the reward model's fit, the
-    # gate's held-out rows) are that model's too: the files hold the other model's as well.
+    # check's held-out rows) are that model's too: the files hold the other model's as well.
     held = load_rows(lake, record, reward_fn=FN, holdout=True, model_name="suggestion-gate")
     train = load_rows(lake, record, reward_fn=FN, holdout=False, model_name="suggestion-gate")
     assert (len(held), len(train)) == (record.heldout_rows, record.rows)

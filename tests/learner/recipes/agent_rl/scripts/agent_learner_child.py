@@ -1,6 +1,6 @@
 """A child process running the agent learner until two versions are decided (for SIGKILL
-tests): ``python agent_learner_child.py SPEC.json``. The gate is set to refuse (min_lift 1), so
-a run ends without a canary once the candidate is trained and gated."""
+tests): ``python agent_learner_child.py SPEC.json``. The release check refuses (min_lift 1), so
+a run ends without a canary once the candidate is trained and checked."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from flywheel.clients import codec
 from flywheel.settings import Settings
 from learner.continuous import ContinuousLearner, LearnerPaths
 from learner.eval_suite import EvalConfig
-from learner.recipes.agent_rl.eval_check import AgentGateConfig
+from learner.recipes.agent_rl.eval_check import EvalCheckConfig
 from learner.recipes.agent_rl.recipe import AgentLoopConfig, AgentRLConfig, AgentRLRecipe
 from model_registry.registry import ModelRegistry, ModelTopics
 
@@ -29,7 +29,7 @@ def main(spec: dict[str, str]) -> None:
         train=dataclasses.replace(base.train, batch_size=4, duration=spec["duration"],
                                   checkpoint_interval="1ep", lr=3e-4),
         eval=EvalConfig(tasks=20),
-        gate=AgentGateConfig(min_lift=1.0),  # refuse: no canary needed
+        release_check=EvalCheckConfig(min_lift=1.0),  # refuse: no canary needed
         loop=AgentLoopConfig(min_new_rows=64, poll_s=0.5),
     )  # fmt: skip
     root = Path(spec["root"])
