@@ -66,11 +66,6 @@ class Isolation:
     detail: str
     fix: str = ""
 
-    @property
-    def trusted(self) -> bool:
-        """The operator said model-written code may run without the boundary."""
-        return trusted()
-
 
 def trusted() -> bool:
     """True when the operator set ``FLYWHEEL_TRUST_MODEL_CODE=1`` (``flywheel

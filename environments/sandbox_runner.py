@@ -68,7 +68,7 @@ def _install_hook(work: str, refused: list[str]) -> None:
         elif event.startswith(paths) and not all(
             inside(a) for a in args if isinstance(a, (str, bytes, os.PathLike))
         ):
-            refuse(event.split(".")[0] + "." + event.split(".")[1])
+            refuse(".".join(event.split(".")[:2]))
 
     sys.addaudithook(hook)
 
