@@ -229,7 +229,7 @@ def probe() -> Isolation:
 def require_isolation() -> Isolation:
     """The boundary in force, checked once. Raises SandboxUnavailableError naming what is missing
     and the fix, unless the operator trusts model-written code (then the returned Isolation has
-    ``available`` False and ``trusted`` True: say so loudly)."""
+    ``available`` False: say so loudly)."""
     isolation = probe()
     if isolation.available or trusted():
         return isolation
