@@ -32,7 +32,7 @@ unit: install ## unit tests only: no broker needed
 	@scripts/ensure-system.sh --browser
 	$(BIN)/pytest -m "not integration"
 
-test: lint ## lint, then unit + integration tests (starts the local stack if it is not running)
+test: lint ## lint, then unit + integration tests (on a stack of their own, started and stopped by the tests)
 	@scripts/ensure-system.sh --browser
 	$(BIN)/pytest
 
