@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -60,14 +60,16 @@ NOT_ERASED = frozenset({ERASURES_TOPIC})
 
 def user_topics() -> tuple[str, ...]:
     """Every platform topic whose schema has a column that can identify a user's row
-    (`user_id`, an id column, `entity_id`), `NOT_ERASED` excepted: a new table with such a
-    column is erased without a change here."""
+    (`user_id`, an id column, `entity_id`), `NOT_ERASED` excepted, `KEY_TOPICS` last: a new
+    table with such a column is erased without a change here."""
     columns = {USER_COLUMN, ENTITY_COLUMN, *ID_COLUMNS}
-    return tuple(
+    found = [
         topic
         for topic, schema in TOPIC_VALUE_SCHEMAS.items()
         if topic not in NOT_ERASED and columns & {f["name"] for f in load_schema(schema)["fields"]}
-    )
+    ]
+    # The topics holding the user's ids last: an erasure cut short still finds them when run again.
+    return tuple(sorted(found, key=lambda t: t in KEY_TOPICS))
 
 
 USER_TOPICS = user_topics()
@@ -95,14 +97,16 @@ class UserKeys:
 
 @dataclass
 class ErasureReport:
-    """What an erasure changed: lake rows removed per topic, files rewritten, and dead letters
-    removed per DLQ topic (filled in by the caller that purged them)."""
+    """What an erasure changed: lake rows removed per topic, files rewritten, and, filled in by
+    the caller that removed them, dead letters per DLQ topic and the training windows dropped
+    (`<dataset>/<window>`)."""
 
     erasure_id: str
     user_id: str
     rows_removed: dict[str, int] = field(default_factory=dict)
     files_rewritten: list[Path] = field(default_factory=list)
     dead_letters_removed: dict[str, int] = field(default_factory=dict)
+    windows_dropped: list[str] = field(default_factory=list)
 
 
 def lake_files(lake: Path, topic: str) -> Iterator[Path]:
@@ -186,20 +190,26 @@ def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
 
 
 def erase_user(
-    lake: Path, user_id: str, *, keys: UserKeys | None = None, erasure_id: str | None = None
+    lake: Path,
+    user_id: str,
+    *,
+    keys: UserKeys | None = None,
+    erasure_id: str | None = None,
+    topics: Sequence[str] = USER_TOPICS,
+    report: ErasureReport | None = None,
 ) -> ErasureReport:
-    """Remove every lake row of `user_id` (a pseudonym).
+    """Remove every lake row of `user_id` (a pseudonym) from `topics` (default: all).
 
     Files keep their names, schemas and offset ranges (see the module docstring); files without
     the user's rows are not touched. `keys` defaults to :func:`user_keys` (read before the
-    suggestions are rewritten: they hold the keys). Idempotent: a second run removes nothing.
-    ErasureError for an empty id.
+    suggestions are rewritten: they hold the keys). `report`: one to add to (an erasure done in
+    steps). Idempotent: a second run removes nothing. ErasureError for an empty id.
     """
     if not user_id:
         raise ErasureError("the user id is empty; pass the user's pseudonym (or --raw with the id)")
-    report = ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
+    report = report or ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
     keys = keys or user_keys(lake, user_id)
-    for topic in USER_TOPICS:
+    for topic in topics:
         removed = 0
         for path in lake_files(lake, topic):
             table = pq.read_table(path)
