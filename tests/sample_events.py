@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.enums import Decision, Outcome, SuggestionTrigger
+from schemas.enums import AgentReaction, Decision, Outcome, SuggestionTrigger
 from schemas.events import (
+    AgentCompletion,
+    AgentFeedback,
     EditObserved,
     Event,
     RolloutResult,
@@ -56,3 +58,30 @@ def one_of_each(session: str = "s-1") -> list[Event]:
             behaviour_logprobs=(-0.5, -1.25), duration_ms=5000,
         ),
     ]  # fmt: skip
+
+
+def served(session: str = "s-1", **overrides: object) -> AgentCompletion:
+    """A completion the agent model served (with its text and tokens) in `session`."""
+    fields: dict[str, object] = {
+        "producer": "serve/t", "completion_id": f"cmpl-{uuid.uuid4().hex[:12]}:0",
+        "request_id": "cmpl-r", "session_id": session, "user_id": "user-1", "api_key": "ide",
+        "model_name": "agent-lm", "model_version": 1, "channel": "production",
+        "endpoint": "completions", "choice_index": 0, "prompt_tokens": 3,
+        "cached_prompt_tokens": 0, "completion_tokens": 2, "prompt_token_ids": (1, 2, 3),
+        "completion_token_ids": (4, 2), "behaviour_logprobs": (-0.5, -0.1),
+        "completion_text": "def f(): pass", "temperature": 1.0, "top_p": 1.0, "max_tokens": 8,
+        "finish_reason": "stop", "latency_ms": 5, "privacy_mode": False,
+    }  # fmt: skip
+    fields.update(overrides)
+    return AgentCompletion(**fields)  # type: ignore[arg-type]  # overrides are test-chosen
+
+
+def reacted(completion: AgentCompletion, **overrides: object) -> AgentFeedback:
+    """A reaction (ACCEPTED) to `completion`, by its user, in its session."""
+    fields: dict[str, object] = {
+        "producer": PRODUCER, "completion_id": completion.completion_id,
+        "session_id": completion.session_id, "user_id": completion.user_id,
+        "reaction": AgentReaction.ACCEPTED, "event_time": completion.event_time,
+    }  # fmt: skip
+    fields.update(overrides)
+    return AgentFeedback(**fields)  # type: ignore[arg-type]  # overrides are test-chosen

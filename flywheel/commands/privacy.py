@@ -13,7 +13,8 @@ from processors.lake.erasure import retain
 
 @click.group()
 def privacy() -> None:
-    """Erase a user (lake, dead letters, online features); lake retention (docs/operations.md)."""
+    """Erase a user (lake, dead letters, training windows, online features); lake retention
+    (docs/operations.md)."""
 
 
 @privacy.command()
@@ -23,12 +24,15 @@ def privacy() -> None:
     help="--user is the raw id: pseudonymize it with the platform key (FLYWHEEL_PSEUDONYM_KEY).",
 )  # fmt: skip
 def erase(user: str, raw: bool) -> None:
-    """Remove a user's rows from the lake and the dead-letter topics, then record the erasure
-    on privacy.erasures (feature processors drop the user's online features on it).
+    """Remove a user's rows from every lake table that holds them (telemetry, the agent's
+    completions and feedback, rewards, feature updates) and from the dead-letter topics, drop
+    the learner's MDS windows built from them, then record the erasure on privacy.erasures
+    (feature processors drop the user's online features on it).
 
-    Lake files are rewritten atomically under their own names (offset ranges stay valid). The
-    other Kafka topics keep the user's events until their retention deletes them; replaying
-    consumers skip them (docs/operations.md). Needs Kafka and the registry; idempotent.
+    Lake files are rewritten atomically under their own names (offset ranges stay valid); a
+    dropped window's other rows are converted again by the learner's next build. The other
+    Kafka topics keep the user's events until their retention deletes them; replaying consumers
+    skip them (docs/operations.md). Needs Kafka and the registry; idempotent.
     """
     settings = Settings.from_env()
     user_id = clients.pseudonymizer(settings).pseudonym("user", user) if raw else user
@@ -36,10 +40,13 @@ def erase(user: str, raw: bool) -> None:
     for topic, rows in {**report.rows_removed, **report.dead_letters_removed}.items():
         what = "dead letters" if topic.startswith("dlq.") else "rows"
         out.print(f"{topic:<24} {rows:>8,} {what} removed")
+    for window in report.windows_dropped:
+        out.print(f"{window:<40} training window dropped (rebuilt without the user)")
     out.print(
         f"erasure {report.erasure_id}: {sum(report.rows_removed.values()):,} rows in "
         f"{len(report.files_rewritten)} files, {sum(report.dead_letters_removed.values()):,} "
-        "dead letters; recorded on privacy.erasures"
+        f"dead letters, {len(report.windows_dropped)} training windows; recorded on "
+        "privacy.erasures"
     )
 
 

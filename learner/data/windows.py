@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from hashlib import sha256
@@ -71,14 +72,24 @@ def recover(root: Path, dataset: str, reward_fn: str) -> Manifest:
 
 
 @contextmanager
-def dataset_lock(root: Path) -> Iterator[None]:
+def dataset_lock(root: Path, wait_s: float = 60.0) -> Iterator[None]:
+    """Hold ``root/.lock`` (an exclusive flock), waiting up to ``wait_s`` for another holder: a
+    learner building a window, or an erasure dropping windows (`learner.data.window_erasure`).
+    LearnerError when it is still held after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
     with open(root / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as error:
-            raise LearnerError(
-                f"another process is building a window of {root}; run one learner per dataset."
-            ) from error
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError as error:
+                if time.monotonic() >= deadline:
+                    raise LearnerError(
+                        f"another process has held {root}/.lock for {wait_s:.0f}s (a learner "
+                        "building a window, or `flywheel privacy erase`); run one learner per "
+                        "dataset, or retry"
+                    ) from error
+                time.sleep(0.1)
         try:
             yield
         finally:

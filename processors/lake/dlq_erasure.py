@@ -7,11 +7,13 @@ partition's end is produced again at its end (key, value and headers unchanged, 
 letters produced meanwhile land after the old end and are kept. A crash between the copy and the
 delete leaves both (the user's letters too): run the erasure again.
 
-Which dead letters are the user's: the key is one of the user's session ids (telemetry and
-`rewards` are keyed by session), or the body decodes (with the original topic's schema, named by
-the `flywheel.topic` header) to an event whose `user_id`, `session_id`, `suggestion_id` or
-`source_id` is the user's. A body that does not decode and a key that is not the user's cannot
-be told apart from anyone else's; such letters stay until the topic's retention (14 days).
+Which dead letters are the user's: the key is one of the user's session ids (telemetry, the
+agent's completions and feedback, and `rewards` are keyed by session), or the body decodes (with
+the original topic's schema, named by the `flywheel.topic` header) to an event of the user by the
+lake's rule (`processors.lake.erasure.is_users_record`: its `user_id`, or, without one, a
+session, suggestion or completion id of the user). A body that does not decode and a key that
+is not the user's cannot be told apart from anyone else's; such letters stay until the topic's
+retention (14 days).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processors.lake.erasure import UserKeys
+from processors.lake.erasure import UserKeys, is_users_record
 from processors.lake.errors import ErasureError
 from streams.topics import DLQ_STAGES, TOPIC_VALUE_SCHEMAS, dlq_topic
 
@@ -45,12 +47,7 @@ def is_users_letter(key: bytes | None, value: bytes | None, headers: Headers, ke
         record = decode(topic, value)
     except Exception:  # a dead letter is by definition often undecodable
         return False
-    return (
-        record.get("user_id") == keys.user_id
-        or record.get("session_id") in keys.session_ids
-        or record.get("suggestion_id") in keys.suggestion_ids
-        or record.get("source_id") in keys.suggestion_ids
-    )
+    return is_users_record(record, keys)
 
 
 def purge_dead_letters(

@@ -5,13 +5,14 @@ file, fsync, rename: `writer.write_parquet_atomically`), with the same Arrow sch
 with no rows stays as a zero-row file. Names encode Kafka offset ranges, so the ranges still
 tile each partition and the sink's resume offset (largest `last` + 1) is unchanged.
 
-Which rows are the user's (`user_id` is the pseudonym, as stored):
-
-* `telemetry.suggestions`: `user_id`; they give the user's suggestion and session ids;
-* `rewards`: `user_id` (schema v2+), or a session or suggestion (`source_id`) of the user;
-* `telemetry.outcomes`, `telemetry.edits`: a suggestion or session of the user;
-* `telemetry.tests`: a session of the user;
-* `features.updates`: an entity id with the user as one of its key values.
+Which rows are the user's (`user_id` is the pseudonym, as stored; :func:`user_rows`): a row whose
+`user_id` is the user's, or, where `user_id` is null or absent, a row that names one of the
+user's ids: a `session_id`, `suggestion_id` or `completion_id`, or a `source_id` (the suggestion
+or completion a Reward scores). The ids (:func:`user_keys`) are those of the user's rows in
+`telemetry.suggestions`, `agent.completions` and `agent.feedback`. A row that names another
+user never counts. `features.updates` rows are the user's when an entity id has the user as one
+of its key values. The tables searched (:data:`USER_TOPICS`) are every platform topic whose
+schema has one of these columns, `privacy.erasures` (the audit trail) excepted.
 
 Dead-letter topics (`dlq.*`) are not in the lake (the sink does not write them); see
 `processors.lake.dlq_erasure`. The erasure is recorded as an `ErasureRecorded` event on
@@ -24,10 +25,11 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,42 +38,75 @@ import pyarrow.parquet as pq
 from contracts.lake_layout import scan_topic
 from processors.lake.errors import ErasureError
 from processors.lake.writer import write_parquet_atomically
+from schemas.catalog import load_schema
 from schemas.events import ErasureRecorded
 from streams.topics import (
-    EDITS_TOPIC,
-    FEATURE_UPDATES_TOPIC,
-    OUTCOMES_TOPIC,
-    REWARDS_TOPIC,
+    COMPLETIONS_TOPIC,
+    ERASURES_TOPIC,
+    FEEDBACK_TOPIC,
     SUGGESTIONS_TOPIC,
-    TESTS_TOPIC,
+    TOPIC_VALUE_SCHEMAS,
 )
 
 ENTITY_ID_SEPARATOR = "@"  # feature_store.semantics: composite entity ids join keys with it
-USER_TOPICS = (
-    SUGGESTIONS_TOPIC, REWARDS_TOPIC, OUTCOMES_TOPIC, EDITS_TOPIC, TESTS_TOPIC,
-    FEATURE_UPDATES_TOPIC,
-)  # fmt: skip
+USER_COLUMN = "user_id"
+ENTITY_COLUMN = "entity_id"  # features.updates: the user is one of the entity's key values
+# Columns that can name one of the user's ids (`UserKeys.ids_of`).
+ID_COLUMNS = ("session_id", "suggestion_id", "completion_id", "source_id")
+KEY_TOPICS = (SUGGESTIONS_TOPIC, COMPLETIONS_TOPIC, FEEDBACK_TOPIC)  # where the user's ids are
+# Kept on purpose: the erasure's own record, which replaying consumers need (module docstring).
+NOT_ERASED = frozenset({ERASURES_TOPIC})
+
+
+def user_topics() -> tuple[str, ...]:
+    """Every platform topic whose schema has a column that can identify a user's row
+    (`user_id`, an id column, `entity_id`), `NOT_ERASED` excepted, `KEY_TOPICS` last: a new
+    table with such a column is erased without a change here."""
+    columns = {USER_COLUMN, ENTITY_COLUMN, *ID_COLUMNS}
+    found = [
+        topic
+        for topic, schema in TOPIC_VALUE_SCHEMAS.items()
+        if topic not in NOT_ERASED and columns & {f["name"] for f in load_schema(schema)["fields"]}
+    ]
+    # The topics holding the user's ids last: an erasure cut short still finds them when run again.
+    return tuple(sorted(found, key=lambda t: t in KEY_TOPICS))
+
+
+USER_TOPICS = user_topics()
 
 
 @dataclass(frozen=True)
 class UserKeys:
-    """The ids that identify a user's rows in topics without `user_id`."""
+    """The ids that identify a user's rows where `user_id` is null or absent."""
 
     user_id: str
     suggestion_ids: frozenset[str]
     session_ids: frozenset[str]
+    completion_ids: frozenset[str] = frozenset()
+
+    def ids_of(self, column: str) -> frozenset[str]:
+        """The user's ids a column of `ID_COLUMNS` may hold (a Reward's `source_id` names a
+        suggestion or a completion)."""
+        return {
+            "session_id": self.session_ids,
+            "suggestion_id": self.suggestion_ids,
+            "completion_id": self.completion_ids,
+            "source_id": self.suggestion_ids | self.completion_ids,
+        }.get(column, frozenset())
 
 
 @dataclass
 class ErasureReport:
-    """What an erasure changed: lake rows removed per topic, files rewritten, and dead letters
-    removed per DLQ topic (filled in by the caller that purged them)."""
+    """What an erasure changed: lake rows removed per topic, files rewritten, and, filled in by
+    the caller that removed them, dead letters per DLQ topic and the training windows dropped
+    (`<dataset>/<window>`)."""
 
     erasure_id: str
     user_id: str
     rows_removed: dict[str, int] = field(default_factory=dict)
     files_rewritten: list[Path] = field(default_factory=list)
     dead_letters_removed: dict[str, int] = field(default_factory=dict)
+    windows_dropped: list[str] = field(default_factory=list)
 
 
 def lake_files(lake: Path, topic: str) -> Iterator[Path]:
@@ -82,38 +117,69 @@ def lake_files(lake: Path, topic: str) -> Iterator[Path]:
 
 
 def user_keys(lake: Path, user_id: str) -> UserKeys:
-    """The user's suggestion and session ids, from `telemetry.suggestions` in the lake."""
-    suggestions: set[str] = set()
-    sessions: set[str] = set()
-    for path in lake_files(lake, SUGGESTIONS_TOPIC):
-        table = pq.read_table(path, columns=["user_id", "suggestion_id", "session_id"])
-        mine = table.filter(pc.equal(table["user_id"], user_id))
-        suggestions.update(mine["suggestion_id"].to_pylist())
-        sessions.update(mine["session_id"].to_pylist())
-    return UserKeys(user_id, frozenset(suggestions), frozenset(sessions))
+    """The user's suggestion, session and completion ids: those of the rows with the user's
+    `user_id` in `telemetry.suggestions`, `agent.completions` and `agent.feedback`."""
+    ids: dict[str, set[str]] = {c: set() for c in ("suggestion_id", "session_id", "completion_id")}
+    for topic in KEY_TOPICS:
+        for path in lake_files(lake, topic):
+            present = set(pq.read_schema(path).names)
+            wanted = [c for c in ids if c in present]
+            table = pq.read_table(path, columns=[USER_COLUMN, *wanted])
+            mine = table.filter(pc.fill_null(pc.equal(table[USER_COLUMN], user_id), False))
+            for column in wanted:
+                ids[column].update(v for v in mine[column].to_pylist() if v is not None)
+    return UserKeys(
+        user_id,
+        frozenset(ids["suggestion_id"]),
+        frozenset(ids["session_id"]),
+        frozenset(ids["completion_id"]),
+    )
 
 
-def user_rows(topic: str, table: pa.Table, keys: UserKeys) -> pa.ChunkedArray | pa.Array:
-    """Boolean mask of `table`'s rows (a file of `topic`) that belong to the user; nulls never
-    match. Columns a file lacks (older schema versions) match nothing."""
+def user_rows(table: pa.Table, keys: UserKeys) -> pa.ChunkedArray | pa.Array:
+    """Boolean mask of `table`'s rows (a lake file of any topic) that are the user's (module
+    docstring); nulls never match. Columns a file lacks (older schema versions) match nothing."""
     names = set(table.column_names)
-    masks: list[pa.ChunkedArray | pa.Array] = []
+    false: pa.ChunkedArray | pa.Array = pa.array([False] * table.num_rows, pa.bool_())
 
-    def any_of(column: str, values: frozenset[str] | set[str]) -> None:
-        if column in names and values:
-            masks.append(pc.is_in(table[column], value_set=pa.array(sorted(values), pa.string())))
+    def member(column: str, values: frozenset[str]) -> pa.ChunkedArray | pa.Array:
+        if column not in names or not values:
+            return false
+        found = pc.is_in(table[column], value_set=pa.array(sorted(values), pa.string()))
+        return pc.fill_null(found, False)
 
-    any_of("user_id", {keys.user_id} if topic in (SUGGESTIONS_TOPIC, REWARDS_TOPIC) else set())
-    if topic != SUGGESTIONS_TOPIC and topic != FEATURE_UPDATES_TOPIC:
-        any_of("session_id", keys.session_ids)
-        key = "source_id" if topic == REWARDS_TOPIC else "suggestion_id"
-        any_of(key, keys.suggestion_ids)
-    if topic == FEATURE_UPDATES_TOPIC and "entity_id" in names:
-        masks.append(_entity_has_user(table["entity_id"], keys.user_id))
-    mask: pa.ChunkedArray | pa.Array = pa.array([False] * table.num_rows, pa.bool_())
-    for m in masks:
-        mask = pc.or_(mask, pc.fill_null(m, False))
+    linked = false
+    for column in ID_COLUMNS:
+        linked = pc.or_(linked, member(column, keys.ids_of(column)))
+    mask = member(USER_COLUMN, frozenset({keys.user_id}))
+    if USER_COLUMN in names:  # a row naming another user is theirs, whatever ids it shares
+        linked = pc.and_(linked, pc.is_null(table[USER_COLUMN]))
+    mask = pc.or_(mask, linked)
+    if ENTITY_COLUMN in names:
+        mask = pc.or_(mask, _entity_has_user(table[ENTITY_COLUMN], keys.user_id))
     return mask
+
+
+def is_users_record(record: Mapping[str, Any], keys: UserKeys) -> bool:
+    """:func:`user_rows` for one decoded event (a dead letter's body)."""
+    user = record.get(USER_COLUMN)
+    if user is not None:
+        return bool(user == keys.user_id)
+    entity = record.get(ENTITY_COLUMN)
+    if isinstance(entity, str) and keys.user_id in entity.split(ENTITY_ID_SEPARATOR):
+        return True
+    return any(record.get(c) in keys.ids_of(c) for c in ID_COLUMNS)
+
+
+def user_files(lake: Path, topic: str, keys: UserKeys) -> list[Path]:
+    """The lake files of `topic` holding a row of the user (read, not changed)."""
+    columns = {USER_COLUMN, ENTITY_COLUMN, *ID_COLUMNS}
+    found = []
+    for path in lake_files(lake, topic):
+        present = [c for c in pq.read_schema(path).names if c in columns]
+        if pc.any(user_rows(pq.read_table(path, columns=present), keys)).as_py():
+            found.append(path)
+    return found
 
 
 def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
@@ -124,24 +190,30 @@ def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
 
 
 def erase_user(
-    lake: Path, user_id: str, *, keys: UserKeys | None = None, erasure_id: str | None = None
+    lake: Path,
+    user_id: str,
+    *,
+    keys: UserKeys | None = None,
+    erasure_id: str | None = None,
+    topics: Sequence[str] = USER_TOPICS,
+    report: ErasureReport | None = None,
 ) -> ErasureReport:
-    """Remove every lake row of `user_id` (a pseudonym).
+    """Remove every lake row of `user_id` (a pseudonym) from `topics` (default: all).
 
     Files keep their names, schemas and offset ranges (see the module docstring); files without
     the user's rows are not touched. `keys` defaults to :func:`user_keys` (read before the
-    suggestions are rewritten: they hold the keys). Idempotent: a second run removes nothing.
-    ErasureError for an empty id.
+    suggestions are rewritten: they hold the keys). `report`: one to add to (an erasure done in
+    steps). Idempotent: a second run removes nothing. ErasureError for an empty id.
     """
     if not user_id:
         raise ErasureError("the user id is empty; pass the user's pseudonym (or --raw with the id)")
-    report = ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
+    report = report or ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
     keys = keys or user_keys(lake, user_id)
-    for topic in USER_TOPICS:
+    for topic in topics:
         removed = 0
         for path in lake_files(lake, topic):
             table = pq.read_table(path)
-            mask = user_rows(topic, table, keys)
+            mask = user_rows(table, keys)
             count = pc.sum(mask).as_py() or 0
             if count:
                 write_parquet_atomically(table.filter(pc.invert(mask)), path)

@@ -9,7 +9,7 @@ the schema had it) reads as null.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,13 +71,29 @@ class AgentLakeReads:
     the model until a window consumes them. A learner polling every few seconds then reads only
     the files that are new; re-reading every token file on each poll took seconds of CPU per poll
     on a demo's lake, CPU the rollout workers beside it needed. Rows no Reward ever names (a
-    group the joiner expired) stay until the process ends."""
+    group the joiner expired) stay until the process ends.
+
+    An erasure (`flywheel privacy erase`) rewrites lake files in place and drops the windows
+    built from them: a Reward file whose size or mtime changed is read again, and when a
+    converted file is pending again (:meth:`follow`) everything is read again once."""
 
     def __init__(self, lake: Path, model_name: str, sources: Sequence[RowSource]) -> None:
         self.lake, self.model_name, self.sources = lake, model_name, tuple(sources)
-        self._rewards: dict[Path, tuple[pa.Table, int]] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        # path -> ((size, mtime_ns) when read, (the file's rows of the model, rows it holds))
+        self._rewards: dict[Path, tuple[tuple[int, int], tuple[pa.Table, int]]] = {}
         self._seen: dict[str, set[Path]] = {s.topic: set() for s in self.sources}
         self._tokens: dict[str, pa.Table] = {s.topic: _no_tokens() for s in self.sources}
+        self._consumed: set[tuple[str, int, int, int]] = set()
+
+    def follow(self, converted: Set[tuple[str, int, int, int]]) -> None:
+        """Read everything again when a file this process converted is in no window any more
+        (an erasure dropped its window: its rows and tokens were forgotten as consumed).
+        ``converted``: the manifest's (topic, partition, first, last) of converted files."""
+        if not self._consumed <= converted:
+            self._reset()
 
     @property
     def retained_rows(self) -> int:
@@ -86,9 +102,13 @@ class AgentLakeReads:
 
     def rewards(self, file: LakeFile) -> tuple[pa.Table, int]:
         """The Reward file's rows of the model from ``sources``, and the rows it holds."""
-        if file.path not in self._rewards:
-            self._rewards[file.path] = _agent_rewards(file.path, self.model_name, self.sources)
-        return self._rewards[file.path]
+        stat = file.path.stat()
+        version = (stat.st_size, stat.st_mtime_ns)
+        cached = self._rewards.get(file.path)
+        if cached is None or cached[0] != version:
+            cached = (version, _agent_rewards(file.path, self.model_name, self.sources))
+            self._rewards[file.path] = cached
+        return cached[1]
 
     def tokens(self, rewards: Sequence[pa.Table]) -> pa.Table:
         """``id`` + the token columns of every Reward in ``rewards`` whose tokens are in the
@@ -107,6 +127,7 @@ class AgentLakeReads:
         """Forget converted Reward files and the token rows of their Rewards."""
         for f in files:
             self._rewards.pop(f.path, None)
+            self._consumed.add((f.topic, f.partition, f.first, f.last))
         ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
         done = ids.combine_chunks()
         for topic, table in self._tokens.items():

@@ -204,6 +204,7 @@ def build_agent_window(
         reads = AgentLakeReads(lake, model_name, config.sources)
     with dataset_lock(root):
         manifest = recover(root, dataset, GROUP_REWARD_FN)
+        reads.follow(manifest.converted())  # an erasure may have dropped windows
         candidates = pending_files(lake, manifest, REWARDS_TOPIC)
         if not candidates:
             return None

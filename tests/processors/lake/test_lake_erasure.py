@@ -1,5 +1,6 @@
-"""Erasure: a planted user leaves no row in any lake file; other rows, file names, schemas and
-offset ranges stay exactly as they were. Retention drops old hour folders but never the one a
+"""Erasure: a planted user leaves no row in any lake file (telemetry, the agent's completions and
+feedback, rewards, features); other rows, file names, schemas and offset ranges stay exactly as
+they were. Retention drops old hour folders but never the one a
 partition resumes from."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from contracts.lake_layout import range_problems, scan_topic
 from processors.lake.erasure import (
     USER_TOPICS,
+    UserKeys,
     erase_user,
     erasure_event,
     retain,
@@ -30,7 +32,7 @@ from schemas.events import (
     TestRunCompleted,
 )
 from tests.analytics.lake_builder import write_lake
-from tests.sample_events import PRODUCER, offered
+from tests.sample_events import PRODUCER, offered, reacted, served
 
 T0 = datetime(2026, 3, 4, 5, tzinfo=UTC)
 VICTIM = "user:" + "a" * 32
@@ -71,7 +73,25 @@ def _session(user: str, session: str, start: datetime) -> list[Event]:
             feature_name="accept_rate_24h", window="24h", value=0.5, as_of=t,
             source_event_count=3, event_time=t,
         ),
+        *_served(user, session, start),
     ]  # fmt: skip
+
+
+def _served(user: str, session: str, start: datetime) -> list[Event]:
+    """A completion served to the user, and one served to an API client that named no user in
+    its own session, which the user reacted to: both, their feedback and Rewards are the user's."""
+    named = served(session, user_id=user, event_time=start)
+    anonymous = served(f"api-{session}", user_id=None, event_time=start)
+    events: list[Event] = [named, reacted(named), anonymous, reacted(anonymous, user_id=user)]
+    for c in (named, anonymous):
+        events.append(Reward(
+            producer=PRODUCER, reward_id=f"rw-{c.completion_id}", source=RewardSource.COMPLETION,
+            source_id=c.completion_id, session_id=c.session_id, user_id=c.user_id,
+            model_name=c.model_name, model_version=1, reward=0.5,
+            reward_components={"accepted": 0.5}, reward_fn="agent_use@1", attributed_at=start,
+            event_time=start,
+        ))  # fmt: skip
+    return events
 
 
 def _events() -> list[Event]:
@@ -97,14 +117,15 @@ def _files(lake: Path) -> dict[Path, pa.Table]:
 def test_erasure_leaves_no_row_of_the_user_and_every_other_row_as_it_was(tmp_path: Path) -> None:
     lake = _lake(tmp_path)
     keys = user_keys(lake, VICTIM)
-    assert len(keys.session_ids) == 5 and len(keys.suggestion_ids) == 5
+    assert len(keys.suggestion_ids) == 5 and len(keys.completion_ids) == 10
+    assert len(keys.session_ids) == 10  # the editor's and the API client's
     before = _files(lake)
     expected = {}
     for path, table in before.items():
-        mask = user_rows(path.parts[len(lake.parts)], table, keys)
-        expected[path] = table.filter(pa.compute.invert(mask))
+        expected[path] = table.filter(pa.compute.invert(user_rows(table, keys)))
     planted = sum(t.num_rows - expected[p].num_rows for p, t in before.items())
-    assert planted == 5 * 7
+    assert planted == 5 * 13
+    assert {"agent.completions", "agent.feedback"} <= {p.parts[len(lake.parts)] for p in before}
 
     report = erase_user(lake, VICTIM)
 
@@ -118,14 +139,14 @@ def test_erasure_leaves_no_row_of_the_user_and_every_other_row_as_it_was(tmp_pat
     for topic in USER_TOPICS:
         for files in scan_topic(lake, topic).files.values():
             assert range_problems(files, start=0) == []
-    _assert_no_trace(lake, keys.session_ids, keys.suggestion_ids)
+    _assert_no_trace(lake, keys)
     for other in OTHERS:
-        assert len(user_keys(lake, other).session_ids) == 4
+        assert len(user_keys(lake, other).session_ids) == 8
 
 
-def _assert_no_trace(lake: Path, sessions: frozenset[str], suggestions: frozenset[str]) -> None:
+def _assert_no_trace(lake: Path, keys: UserKeys) -> None:
     # Every column of every file, as text: the user's ids appear nowhere in the lake's topics.
-    ids = {VICTIM, *sessions, *suggestions}
+    ids = {VICTIM, *keys.session_ids, *keys.suggestion_ids, *keys.completion_ids}
     for path in sorted(lake.glob("*/**/*.parquet")):
         if "privacy.erasures" in path.parts:
             continue
@@ -141,9 +162,30 @@ def test_a_rerun_removes_nothing_and_the_event_counts_what_was_removed(tmp_path:
     assert sum(again.rows_removed.values()) == 0 and again.files_rewritten == []
     first.dead_letters_removed = {"dlq.late": 2}
     event = erasure_event(first, producer="flywheel.privacy/test")
-    assert (event.erasure_id, event.user_id, event.rows_removed) == ("e1", VICTIM, 35)
+    assert (event.erasure_id, event.user_id, event.rows_removed) == ("e1", VICTIM, 65)
     assert event.files_rewritten == len(first.files_rewritten) > 0
     assert event.rows_by_topic == {**first.rows_removed, "dlq.late": 2}
+
+
+def test_a_row_naming_another_user_stays_whatever_ids_it_shares() -> None:
+    keys = UserKeys(VICTIM, frozenset({"sug"}), frozenset({"sess"}), frozenset({"cmpl:0"}))
+    table = pa.table({
+        "user_id": [VICTIM, OTHERS[0], None, None, None],
+        "session_id": ["x", "sess", "sess", "y", "z"],
+        "completion_id": ["x", "cmpl:0", "w", "cmpl:0", "w"],
+    })  # fmt: skip
+    assert user_rows(table, keys).to_pylist() == [True, False, True, True, False]
+    rewards = pa.table(
+        {"source_id": ["sug", "cmpl:0", "ro-1"], "user_id": pa.nulls(3, pa.string())}
+    )
+    assert user_rows(rewards, keys).to_pylist() == [True, True, False]
+
+
+def test_every_topic_with_a_user_column_is_erased_but_the_erasure_record() -> None:
+    assert set(USER_TOPICS) == {
+        "telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests",
+        "agent.completions", "agent.feedback", "rewards", "features.updates",
+    }  # fmt: skip
 
 
 def test_retention_drops_old_hours_but_keeps_each_partitions_newest_file(tmp_path: Path) -> None:
