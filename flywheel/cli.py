@@ -10,6 +10,7 @@ import click
 
 from environments.isolation import TRUST_ENV
 from flywheel import logs
+from flywheel.platform_extra import missing_platform_module, needs_platform, stand_in
 from ground.errors import FlywheelError
 
 # Command name -> the module under flywheel/commands/ defining it (same name, "-" as "_"; so is
@@ -24,7 +25,8 @@ COMMANDS = (
 
 class _FlywheelGroup(click.Group):
     """Loads commands lazily, and turns FlywheelError into a one-line message and exit 1: no
-    traceback for user errors."""
+    traceback for user errors. On a light install (no `platform` extra) a command that needs
+    the platform says so in one line (flywheel/platform_extra.py)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -33,7 +35,13 @@ class _FlywheelGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         name = cmd_name.replace("-", "_")
-        module = importlib.import_module(f"flywheel.commands.{name}")
+        try:
+            module = importlib.import_module(f"flywheel.commands.{name}")
+        except ModuleNotFoundError as exc:
+            missing = missing_platform_module(exc)
+            if missing is None:
+                raise
+            return stand_in(cmd_name, missing)
         return cast(click.Command, getattr(module, name))  # tests/flywheel/test_cli.py runs each
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -41,6 +49,13 @@ class _FlywheelGroup(click.Group):
             return super().invoke(ctx)
         except FlywheelError as exc:
             raise click.ClickException(str(exc)) from exc
+        except ModuleNotFoundError as exc:  # a command importing the platform when it runs
+            missing = missing_platform_module(exc)
+            if missing is None:
+                raise
+            raise click.ClickException(
+                needs_platform(str(ctx.invoked_subcommand), missing)
+            ) from exc
 
 
 @click.group(cls=_FlywheelGroup, context_settings={"help_option_names": ["-h", "--help"]})
