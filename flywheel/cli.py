@@ -10,7 +10,13 @@ import click
 
 from environments.isolation import TRUST_ENV
 from flywheel import logs
-from flywheel.platform_extra import missing_platform_module, needs_platform, stand_in
+from flywheel.platform_extra import (
+    LIGHT_COMMANDS,
+    missing_platform_module,
+    needs_platform,
+    platform_missing,
+    stand_in,
+)
 from ground.errors import FlywheelError
 
 # Command name -> the module under flywheel/commands/ defining it (same name, "-" as "_"; so is
@@ -34,14 +40,10 @@ class _FlywheelGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        name = cmd_name.replace("-", "_")
-        try:
-            module = importlib.import_module(f"flywheel.commands.{name}")
-        except ModuleNotFoundError as exc:
-            missing = missing_platform_module(exc)
-            if missing is None:
-                raise
+        if cmd_name not in LIGHT_COMMANDS and (missing := platform_missing()) is not None:
             return stand_in(cmd_name, missing)
+        name = cmd_name.replace("-", "_")
+        module = importlib.import_module(f"flywheel.commands.{name}")
         return cast(click.Command, getattr(module, name))  # tests/flywheel/test_cli.py runs each
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -49,7 +51,7 @@ class _FlywheelGroup(click.Group):
             return super().invoke(ctx)
         except FlywheelError as exc:
             raise click.ClickException(str(exc)) from exc
-        except ModuleNotFoundError as exc:  # a command importing the platform when it runs
+        except ModuleNotFoundError as exc:  # a light command reaching into the platform
             missing = missing_platform_module(exc)
             if missing is None:
                 raise

@@ -7,16 +7,36 @@ A command that needs the extra on a light install names the fix in one line, not
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import click
 
 INSTALL_HINT = "pip install 'flywheel-platform[platform]'"
 
-# Top-level import names of the `platform` extra's packages that Flywheel's code imports
-# (tests/flywheel/test_platform_extra.py checks the list against the code and pyproject.toml).
+# Top-level import names of the `platform` extra's packages (tests/flywheel/test_platform_extra.py
+# checks the list against the code's imports and pyproject.toml).
 PLATFORM_MODULES = frozenset({
     "aiokafka", "duckdb", "faust", "matplotlib", "numpy", "orjson", "pyarrow", "streaming",
     "tokenizers", "torch", "torchvision", "transformers", "yaml",
 })  # fmt: skip
+
+# The commands a light install runs in full (tests/flywheel/test_platform_extra.py imports them
+# with the platform hidden); `--help` marks the others with INSTALL_HINT.
+LIGHT_COMMANDS = frozenset({"stack", "topics", "gateway", "doctor"})
+
+
+@functools.cache
+def platform_missing() -> str | None:
+    """The first module of the `platform` extra that is not installed, or None when it is all
+    there. Looks the modules up without importing them (torch alone takes seconds)."""
+    for name in sorted(PLATFORM_MODULES):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):  # a finder that refuses it: not usable either
+            return name
+    return None
 
 
 def missing_platform_module(exc: ModuleNotFoundError) -> str | None:

@@ -13,8 +13,11 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-from flywheel.cli import COMMANDS
-from flywheel.platform_extra import INSTALL_HINT, PLATFORM_MODULES
+import pytest
+from click.testing import CliRunner
+
+from flywheel.cli import COMMANDS, cli
+from flywheel.platform_extra import INSTALL_HINT, LIGHT_COMMANDS, PLATFORM_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -23,7 +26,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SDK_MODULES = (
     "streams.client", "streams.spool", "streams.privacy", "streams.redaction", "streams.serde",
     "schemas.events", "flywheel.settings", "flywheel.clients", "streams.gateway",
-    "flywheel.commands.gateway",
+    *(f"flywheel.commands.{name}" for name in sorted(LIGHT_COMMANDS)),
 )  # fmt: skip
 
 # Installed before anything else runs: the platform's modules then import as if not installed.
@@ -102,19 +105,37 @@ def test_the_sdk_imports_without_the_platform() -> None:
 def test_help_lists_every_command_and_marks_those_that_need_the_platform() -> None:
     result = _cli("--help")
     assert result.returncode == 0, result.stderr
-    listed = dict(re.findall(r"^  ([a-z-]+) +(.*)$", result.stdout, re.MULTILINE))
-    assert set(COMMANDS) <= set(listed)
-    for name in ("gateway", "topics", "stack", "doctor"):  # the light install's own commands
-        assert INSTALL_HINT not in listed[name]
-    for name in ("learn", "demo", "query", "process"):
-        assert INSTALL_HINT in listed[name]
+    listed = dict(
+        re.findall(r"^  ([a-z][a-z-]*) +(.*)$", result.stdout.split("Commands:")[1], re.M)
+    )
+    assert set(listed) == set(COMMANDS)
+    for name, summary in listed.items():
+        assert (INSTALL_HINT in summary) == (name not in LIGHT_COMMANDS), (name, summary)
 
 
 def test_a_command_that_needs_the_platform_says_so_in_one_line() -> None:
-    # learn fails importing its module; `features list` only when it runs (duckdb)
-    for args in (("learn", "--help"), ("learn", "--max-steps", "3"), ("features", "list")):
+    for args in (("learn", "--help"), ("sink", "--max-rows", "3"), ("features", "list")):
         result = _cli(*args)
         assert result.returncode == 1, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, (args, result.stderr)
         assert f"flywheel {args[0]}" in lines[0] and INSTALL_HINT in lines[0]
+    assert _cli("gateway", "--help").returncode == 0
+
+
+@pytest.mark.parametrize(("missing", "one_line"), [("duckdb", True), ("no_such_module", False)])
+def test_a_light_command_reaching_into_the_platform_names_the_fix(
+    monkeypatch: pytest.MonkeyPatch, missing: str, one_line: bool
+) -> None:
+    import flywheel.commands.topics as topics_command
+
+    def reach(ctx: object) -> None:
+        raise ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+
+    monkeypatch.setattr(topics_command.topics, "invoke", reach)
+    result = CliRunner().invoke(cli, ["topics", "list"])
+    assert result.exit_code != 0
+    if one_line:  # the platform's module: the fix, no traceback
+        assert result.exit_code == 1 and INSTALL_HINT in result.output
+    else:  # anything else is a broken install: it surfaces as it is
+        assert isinstance(result.exception, ModuleNotFoundError)

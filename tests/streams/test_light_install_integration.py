@@ -135,3 +135,7 @@ def test_the_light_sdk_sends_events_to_the_broker(
     text = found[offer_id].record["suggestion_text"]
     assert "AKIA" + "Q" * 16 not in text and "print(1)" in text  # redacted, code kept
     assert found[edit_id].topic == "telemetry.edits"
+    # a light command in full: the doctor, against the same broker and registry
+    doctor = [light_python.with_name("flywheel"), "doctor", "--check", "kafka", "--check", "topics"]
+    checked = _run(doctor, cwd=tmp_path, FLYWHEEL_HOME=str(tmp_path / "home"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
