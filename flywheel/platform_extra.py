@@ -12,7 +12,11 @@ import importlib.util
 
 import click
 
-INSTALL_HINT = "pip install 'flywheel-platform[platform]'"
+# pip alone cannot resolve the extra (mosaicml-streaming's caps need the repository's overrides).
+INSTALL_HINT = (
+    "uv pip install --override overrides.txt 'flywheel-platform[platform]' (docs/dependencies.md)"
+)
+NOT_INSTALLED = "(needs the `platform` extra, not installed)"
 
 # Top-level import names of the `platform` extra's packages (tests/flywheel/test_platform_extra.py
 # checks the list against the code's imports and pyproject.toml).
@@ -22,7 +26,7 @@ PLATFORM_MODULES = frozenset({
 })  # fmt: skip
 
 # The commands a light install runs in full (tests/flywheel/test_platform_extra.py imports them
-# with the platform hidden); `--help` marks the others with INSTALL_HINT.
+# with the platform hidden); `--help` marks the others NOT_INSTALLED.
 LIGHT_COMMANDS = frozenset({"stack", "topics", "gateway", "doctor"})
 
 
@@ -48,7 +52,10 @@ def missing_platform_module(exc: ModuleNotFoundError) -> str | None:
 
 def needs_platform(command: str, module: str) -> str:
     """The one line a light install prints for `flywheel <command>`."""
-    return f"`flywheel {command}` needs the full platform (no module {module!r}): {INSTALL_HINT}"
+    return (
+        f"`flywheel {command}` needs the `platform` extra, which is not installed "
+        f"(no module {module!r}): {INSTALL_HINT}"
+    )
 
 
 def stand_in(command: str, module: str) -> click.Command:
@@ -62,7 +69,7 @@ def stand_in(command: str, module: str) -> click.Command:
         command,
         callback=refuse,
         help=f"Needs the full platform: {INSTALL_HINT}",
-        short_help=f"(needs {INSTALL_HINT})",
+        short_help=NOT_INSTALLED,
         add_help_option=False,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )

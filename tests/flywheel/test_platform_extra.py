@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from flywheel.cli import COMMANDS, cli
-from flywheel.platform_extra import INSTALL_HINT, LIGHT_COMMANDS, PLATFORM_MODULES
+from flywheel.platform_extra import INSTALL_HINT, LIGHT_COMMANDS, NOT_INSTALLED, PLATFORM_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -110,7 +110,7 @@ def test_help_lists_every_command_and_marks_those_that_need_the_platform() -> No
     )
     assert set(listed) == set(COMMANDS)
     for name, summary in listed.items():
-        assert (INSTALL_HINT in summary) == (name not in LIGHT_COMMANDS), (name, summary)
+        assert (NOT_INSTALLED in summary) == (name not in LIGHT_COMMANDS), (name, summary)
 
 
 def test_a_command_that_needs_the_platform_says_so_in_one_line() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -13,10 +14,14 @@ import tomllib
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
+from flywheel.listen import free_port
+from flywheel.platform_extra import INSTALL_HINT
 from flywheel.settings import Settings
 from streams.client import ROUTES
+from streams.gateway.keys import ApiKeyStore, default_key_path
 from tests.readback import end_offsets, read_events
 
 pytestmark = pytest.mark.integration
@@ -31,6 +36,7 @@ HEAVY = ("torch", "torchvision", "transformers", "tokenizers", "faust", "aiokafk
 SCRIPT = """
 import json, sys
 from flywheel.clients import telemetry_client
+from flywheel.platform_extra import INSTALL_HINT
 from flywheel.settings import Settings
 from schemas.enums import Decision, SuggestionTrigger
 from schemas.events import EditObserved, SuggestionOffered
@@ -108,7 +114,7 @@ def test_the_light_install_has_no_platform_packages(light_python: Path) -> None:
     # and its CLI names the fix for a platform command instead of a traceback
     learn = _run([light_python.with_name("flywheel"), "learn"], cwd=light_python.parent)
     assert learn.returncode == 1
-    assert "flywheel-platform[platform]" in learn.stderr and "Traceback" not in learn.stderr
+    assert INSTALL_HINT in learn.stderr and "Traceback" not in learn.stderr
 
 
 def test_the_light_sdk_sends_events_to_the_broker(
@@ -139,3 +145,43 @@ def test_the_light_sdk_sends_events_to_the_broker(
     doctor = [light_python.with_name("flywheel"), "doctor", "--check", "kafka", "--check", "topics"]
     checked = _run(doctor, cwd=tmp_path, FLYWHEEL_HOME=str(tmp_path / "home"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_light_install_serves_the_http_gateway(
+    stack: Settings, light_python: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    secret = ApiKeyStore(default_key_path(home)).add("light")
+    port, session = free_port(), f"light-gw-{uuid.uuid4()}"
+    since = end_offsets(stack, ["telemetry.edits"])
+    serve = [light_python.with_name("flywheel"), "gateway", "serve", "--port", str(port)]
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+        "FLYWHEEL_HOME": str(home)
+    }
+    server = subprocess.Popen(
+        [str(a) for a in serve], cwd=tmp_path, env=clean, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    event = {"type": "EditObserved", "event_time": int(time.time() * 1000), "session_id": session,
+             "chars_inserted": 3, "chars_deleted": 0}  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                response = httpx.post(
+                    f"http://127.0.0.1:{port}/v1/events", json=[event],
+                    headers={"Authorization": f"Bearer {secret}"}, timeout=10,
+                )  # fmt: skip
+                break
+            except httpx.TransportError:  # not listening yet
+                time.sleep(0.2)
+        else:
+            pytest.fail("the light gateway did not answer within 30 s")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert response.status_code == 200 and response.json()["accepted"] == 1, response.text
+    assert server.returncode == 0, output
+    event_id = response.json()["results"][0]["event_id"]
+    found = read_events(stack, ["telemetry.edits"], [event_id], since)
+    assert [r.key for r in found] == [session.encode()]
