@@ -60,7 +60,7 @@ def needs_platform(command: str, module: str) -> str:
 
 def stand_in(command: str, module: str) -> click.Command:
     """A command that only prints `needs_platform` and exits 1, whatever its arguments
-    (`--help` included): what `flywheel --help` lists where the real one cannot be imported."""
+    (`--help` included): what a light install has in place of a command outside LIGHT_COMMANDS."""
 
     def refuse() -> None:
         raise click.ClickException(needs_platform(command, module))
