@@ -4,7 +4,8 @@
 #   docker build -t flywheel-platform:0.1.0 .
 #   docker run --rm flywheel-platform:0.1.0 doctor
 #
-# The install is the Makefile's (`uv pip install --override overrides.txt`), without the dev extras.
+# The install is the Makefile's (`uv pip install --override overrides.txt`): the `platform` extra,
+# not `dev`.
 # Model-written programs (rollouts, the agent recipes' eval suite, agent-users, demo) run under
 # bubblewrap; the container needs the settings of docker-compose.yml's `rollouts` service for it
 # (docs/operations.md, "Sandbox isolation for model-written code").
@@ -39,7 +40,7 @@ RUN pip install "uv==${UV_VERSION}"
 # Dependencies change less often than the code: installed from the metadata alone, this layer
 # stays cached until pyproject.toml or overrides.txt change.
 COPY pyproject.toml overrides.txt README.md ./
-RUN uv pip install --system --no-cache --override overrides.txt -r pyproject.toml
+RUN uv pip install --system --no-cache --override overrides.txt -r pyproject.toml --extra platform
 # Every top-level package of pyproject.toml ([tool.setuptools.packages.find]), one COPY each so
 # each keeps its directory (a COPY of several directories merges their contents).
 COPY ground ./ground

@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml overrides.txt
 	@scripts/ensure-system.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q "uv==$(UV_VERSION)"
-	$(BIN)/uv pip install --python $(PY) --override overrides.txt -e '.[dev]'
+	$(BIN)/uv pip install --python $(PY) --override overrides.txt -e '.[platform,dev]'
 	@touch $@
 
 install: $(VENV)/.installed ## create .venv and install everything (Java/Maven too, when root)

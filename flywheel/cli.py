@@ -10,6 +10,13 @@ import click
 
 from environments.isolation import TRUST_ENV
 from flywheel import logs
+from flywheel.platform_extra import (
+    LIGHT_COMMANDS,
+    missing_platform_module,
+    needs_platform,
+    platform_missing,
+    stand_in,
+)
 from ground.errors import FlywheelError
 
 # Command name -> the module under flywheel/commands/ defining it (same name, "-" as "_"; so is
@@ -24,7 +31,8 @@ COMMANDS = (
 
 class _FlywheelGroup(click.Group):
     """Loads commands lazily, and turns FlywheelError into a one-line message and exit 1: no
-    traceback for user errors."""
+    traceback for user errors. On a light install (no `platform` extra) a command that needs
+    the platform says so in one line (flywheel/platform_extra.py)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -32,6 +40,8 @@ class _FlywheelGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
+        if cmd_name not in LIGHT_COMMANDS and (missing := platform_missing()) is not None:
+            return stand_in(cmd_name, missing)
         name = cmd_name.replace("-", "_")
         module = importlib.import_module(f"flywheel.commands.{name}")
         return cast(click.Command, getattr(module, name))  # tests/flywheel/test_cli.py runs each
@@ -41,6 +51,13 @@ class _FlywheelGroup(click.Group):
             return super().invoke(ctx)
         except FlywheelError as exc:
             raise click.ClickException(str(exc)) from exc
+        except ModuleNotFoundError as exc:  # a light command reaching into the platform
+            missing = missing_platform_module(exc)
+            if missing is None:
+                raise
+            raise click.ClickException(
+                needs_platform(str(ctx.invoked_subcommand), missing)
+            ) from exc
 
 
 @click.group(cls=_FlywheelGroup, context_settings={"help_option_names": ["-h", "--help"]})

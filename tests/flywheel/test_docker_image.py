@@ -279,6 +279,7 @@ def test_the_cli_entry_point_and_every_command_module_ship_with_the_install_meta
     assert deps, "no `uv pip install ... -r pyproject.toml` RUN for the dependency layer"
     index, run = deps[0]
     assert "--override overrides.txt" in run.args
+    assert "--extra platform" in run.args, "the image runs the whole platform, not the light SDK"
     before = _image_files(index)
     readme = _pyproject()["project"]["readme"]
     for name in ("pyproject.toml", "overrides.txt", readme):
