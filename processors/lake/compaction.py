@@ -4,8 +4,9 @@ Which files (:func:`select_runs`): in one `hour=` directory of one partition, a 
 maximal sequence of files whose ranges follow each other (`last + 1 == next.first`) and whose
 sizes are below the target and add up to at most the target; runs of two or more files are
 merged. The merged file is named by the run's `[first of the first, last of the last]`, so the
-ranges still tile each partition and the sink's resume offset (largest `last` + 1) does not
-change. Files of another hour in between break a run: they are never merged across.
+ranges still tile each partition; a partition's newest file is never merged, so the sink's
+resume offset (largest `last` + 1) does not change even for a reader that lists a directory
+while compaction renames and deletes in it. Files of another hour in between break a run: they are never merged across.
 
 Which hours (:func:`closed`): those that ended more than `min_age_s` ago. A late event can
 still make the sink write a new file into a compacted hour; that is fine, since a compaction
@@ -163,7 +164,10 @@ def plan(
         sizes = {f.path: _size(f.path) for f in files}
         stats.files_before += len(files)
         stats.bytes_before += sum(sizes.values())
-        eligible = [f for f in files if closed(f.path.parent, now, min_age_s)]
+        # The newest file stays as it is: a reader listing a directory while compaction renames
+        # and deletes may miss both the merged file and its inputs (readdir is not atomic across
+        # calls); the sink's resume point (its `last` + 1) must never depend on that.
+        eligible = [f for f in files[:-1] if closed(f.path.parent, now, min_age_s)]
         runs += select_runs(eligible, sizes, target_bytes)
     stats.runs = len(runs)
     stats.files_after = stats.files_before - sum(len(r.files) - 1 for r in runs)
