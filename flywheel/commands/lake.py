@@ -66,8 +66,8 @@ def compact(
     """Merge each closed hour's small files, per topic and partition, into a few large ones.
 
     Safe while the sink writes: only contiguous files of one hour directory are merged, into a
-    file named by their whole offset range, so the sink's resume point, erasure and the views
-    stay correct. Holds the lake's maintenance lock (erasure and retention wait for it) and
+    file named by their whole offset range, so the sink's resume point, erasure and the learner
+    stay correct (what the views see meanwhile: docs/lake.md#compaction). Holds the lake's maintenance lock (erasure and retention wait for it) and
     first deletes what a crashed compaction left. Progress goes to stderr.
     """
     from processors.lake.compaction import compact_lake
