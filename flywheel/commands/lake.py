@@ -67,8 +67,9 @@ def compact(
 
     Safe while the sink writes: only contiguous files of one hour directory are merged, into a
     file named by their whole offset range, so the sink's resume point, erasure and the learner
-    stay correct (what the views see meanwhile: docs/lake.md#compaction). Holds the lake's maintenance lock (erasure and retention wait for it) and
-    first deletes what a crashed compaction left. Progress goes to stderr.
+    stay correct (what the views see meanwhile: docs/lake.md#compaction). Holds the lake's
+    maintenance lock (erasure and retention wait for it) and first deletes what a crashed
+    compaction left. Progress goes to stderr.
     """
     from processors.lake.compaction import compact_lake
 

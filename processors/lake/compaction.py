@@ -6,7 +6,8 @@ sizes are below the target and add up to at most the target; runs of two or more
 merged. The merged file is named by the run's `[first of the first, last of the last]`, so the
 ranges still tile each partition; a partition's newest file is never merged, so the sink's
 resume offset (largest `last` + 1) does not change even for a reader that lists a directory
-while compaction renames and deletes in it. Files of another hour in between break a run: they are never merged across.
+while compaction renames and deletes in it. Files of another hour in between break a run: they
+are never merged across.
 
 Which hours (:func:`closed`): those that ended more than `min_age_s` ago. A late event can
 still make the sink write a new file into a compacted hour; that is fine, since a compaction
