@@ -30,9 +30,10 @@ LOCK_NAME = ".maintenance.lock"
 DEFAULT_WAIT_S = 3600.0
 _POLL_S = 0.2
 log = logging.getLogger(__name__)
-# Held locks of this process (lake -> [fd, depth]): compaction runs retention under its own lock,
-# and a second flock on another descriptor of the same file would wait for itself.
-_held: dict[Path, list[int]] = {}
+# Locks held per thread ((lake, thread) -> [fd, depth]): compaction runs retention under its own
+# lock, and a second flock on another descriptor of the same file would wait for itself. Another
+# thread opens its own descriptor, so it waits like another process.
+_held: dict[tuple[Path, int], list[int]] = {}
 _guard = threading.Lock()
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,13 +41,14 @@ R = TypeVar("R")
 
 @contextmanager
 def maintenance_lock(lake: Path, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
-    """Hold `<lake>/.maintenance.lock` (re-entrant within a process), after deleting the
+    """Hold `<lake>/.maintenance.lock` (re-entrant within a thread), after deleting the
     superseded files a crashed compaction left. Waits up to `wait_s` for another holder, then
     raises MaintenanceLockError. A missing `lake` holds nothing to protect: no lock then."""
-    key = lake.absolute()
-    if not key.is_dir():
+    root = lake.absolute()
+    if not root.is_dir():
         yield
         return
+    key = (root, threading.get_ident())
     with _guard:
         if key in _held:
             _held[key][1] += 1
@@ -60,13 +62,13 @@ def maintenance_lock(lake: Path, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[
             with _guard:
                 _held[key][1] -= 1
         return
-    fd = os.open(key / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        _acquire(fd, key, wait_s)
+        _acquire(fd, root, wait_s)
         with _guard:
             _held[key] = [fd, 1]
         try:
-            recover_superseded(key)
+            recover_superseded(root)
             yield
         finally:
             with _guard:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -238,3 +239,21 @@ def test_erasure_and_compaction_wait_for_a_maintenance_lock_held_elsewhere(tmp_p
     with maintenance_lock(lake, wait_s=0.3), maintenance_lock(lake, wait_s=0.3):
         report = erase_user(lake, USERS[1])  # re-entrant within a process (as compaction is)
     assert report.rows_removed[REWARDS_TOPIC] == 20
+
+
+def test_another_thread_waits_for_the_lock_like_another_process(tmp_path: Path) -> None:
+    lake = _lake(tmp_path)
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with maintenance_lock(lake, wait_s=0.3):
+                pass
+        except MaintenanceLockError as exc:
+            errors.append(exc)
+
+    with maintenance_lock(lake):
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join()
+    assert len(errors) == 1
