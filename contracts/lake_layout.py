@@ -7,6 +7,13 @@ Kafka offsets in plain decimal. A file covers *every* offset of [first, last]: e
 a dead letter or nothing at all (compacted away, a transaction marker, a tombstone), so per
 partition the files' ranges tile the log without gaps or overlaps.
 
+A file whose range lies strictly inside another file's range of the same partition is
+*superseded*: compaction (`processors.lake.compaction`) renames a merged file into place before
+it deletes the files it merged, and a crash between the two leaves both. `scan_topic` lists
+superseded files apart from the visible ones, so every reader of the layout sees each offset
+once at any moment; whoever holds the partition (the sink) or the lake's maintenance lock
+deletes them.
+
 Files are written under a temporary name, `.<final name>.<token>.tmp`, in the same directory: it
 starts with a dot and does not end in `.parquet`, so no `*.parquet` glob (DuckDB, pyarrow) ever
 matches a file being written.
@@ -48,11 +55,13 @@ class LakeFile:
 
 @dataclass
 class TopicScan:
-    """What a topic's directory holds: visible files per partition (sorted by `first`) and
+    """What a topic's directory holds: visible files per partition (sorted by `first`),
+    superseded files (a range inside a visible file's: compaction's inputs not yet deleted) and
     temporary files left behind by a writer that died."""
 
     files: dict[int, list[LakeFile]] = field(default_factory=dict)
     temps: dict[int, list[Path]] = field(default_factory=dict)
+    superseded: dict[int, list[LakeFile]] = field(default_factory=dict)
 
     def resume_offsets(self) -> dict[int, int]:
         """Partition -> offset to consume next: the largest `last` on disk + 1."""
@@ -108,13 +117,28 @@ def hour_dir(lake: Path, topic: str, hour: int) -> Path:
     return lake / topic / f"dt={start:%Y-%m-%d}" / f"hour={start:%H}"
 
 
+def parse_hour_dir(directory: Path) -> int | None:
+    """The hour since the epoch of a `dt=YYYY-MM-DD/hour=HH` directory, or None for another
+    path (the inverse of `hour_dir`)."""
+    match = re.fullmatch(r"dt=(\d{4}-\d{2}-\d{2})", directory.parent.name)
+    hour = re.fullmatch(r"hour=(\d{2})", directory.name)
+    if match is None or hour is None or int(hour[1]) > 23:
+        return None
+    try:
+        start = datetime.fromisoformat(match[1]).replace(hour=int(hour[1]), tzinfo=UTC)
+    except ValueError:
+        return None
+    return hour_of(start)
+
+
 def file_path(lake: Path, topic: str, partition: int, first: int, last: int, hour: int) -> Path:
     """The final path of a file of `topic`/`partition` covering [first, last] in `hour`."""
     return hour_dir(lake, topic, hour) / file_name(topic, partition, first, last)
 
 
 def scan_topic(lake: Path, topic: str) -> TopicScan:
-    """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty)."""
+    """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty);
+    superseded files go to `superseded`, not `files` (module docstring)."""
     scan = TopicScan()
     for path in _walk_files(lake / topic):
         found = parse_file_name(path)
@@ -124,9 +148,30 @@ def scan_topic(lake: Path, topic: str) -> TopicScan:
         temp = temp_partition(path)
         if temp is not None and temp[0] == topic:
             scan.temps.setdefault(temp[1], []).append(path)
-    for files in scan.files.values():
-        files.sort()
+    for partition, files in scan.files.items():
+        visible, superseded = split_superseded(files)
+        scan.files[partition] = visible
+        if superseded:
+            scan.superseded[partition] = superseded
     return scan
+
+
+def split_superseded(files: Iterable[LakeFile]) -> tuple[list[LakeFile], list[LakeFile]]:
+    """One partition's files as (visible, superseded), each sorted: a file is superseded when
+    another file's range contains its range and is larger. Two files of one range (in two
+    hour directories) are both visible: `range_problems` reports that overlap."""
+    visible: list[LakeFile] = []
+    superseded: list[LakeFile] = []
+    cover: LakeFile | None = None  # the file reaching furthest so far; its first <= f.first
+    for f in sorted(files, key=lambda f: (f.first, -f.last)):
+        inside = cover is not None and f.last <= cover.last
+        if inside and cover is not None and (cover.first, cover.last) != (f.first, f.last):
+            superseded.append(f)
+            continue
+        visible.append(f)
+        if cover is None or f.last > cover.last:
+            cover = f
+    return sorted(visible), sorted(superseded)
 
 
 def _walk_files(root: Path) -> Iterator[Path]:

@@ -25,7 +25,7 @@ from ground.errors import FlywheelError
 # resident and seconds of start-up).
 COMMANDS = (
     "stack", "topics", "demo", "features", "gateway", "process", "simulate", "sink", "query",
-    "report", "learn", "models", "doctor", "privacy", "serve", "rollouts", "agent-users",
+    "report", "learn", "models", "doctor", "privacy", "serve", "rollouts", "agent-users", "lake",
 )  # fmt: skip
 
 

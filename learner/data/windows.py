@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,8 @@ from learner.data.window_manifest import (
 from learner.errors import LearnerError
 from streams.topics import REWARDS_TOPIC
 
+log = logging.getLogger(__name__)
+
 
 def window_name(seq: int, files: Sequence[LakeFile]) -> str:
     """``w<seq, 6 digits>-<12 hex>``: the hash covers the sorted names of the window's files."""
@@ -44,11 +47,34 @@ def window_name(seq: int, files: Sequence[LakeFile]) -> str:
 
 
 def pending_files(lake: Path, manifest: Manifest, topic: str = REWARDS_TOPIC) -> list[LakeFile]:
-    """Visible lake files of ``topic`` not in any window, ordered by (partition, first)."""
+    """Visible lake files of ``topic`` not in any window, ordered by (partition, first).
+
+    A file that lake compaction merged from converted files is converted too: one whose offsets
+    are all in converted files is skipped. One merged from converted and new files is skipped
+    with a warning (its new rows are lost to training; converting it would train the others
+    twice): compaction only merges hours closed for an hour, which a running learner has read.
+    """
     done = manifest.converted()
+    ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for t, partition, first, last in done:
+        ranges.setdefault((t, partition), []).append((first, last))
     scan = scan_topic(lake, topic)
-    files = [f for part in scan.files.values() for f in part]
-    return sorted(f for f in files if (f.topic, f.partition, f.first, f.last) not in done)
+    pending = []
+    for f in sorted(f for part in scan.files.values() for f in part):
+        if (f.topic, f.partition, f.first, f.last) in done:
+            continue
+        converted = _converted_offsets(ranges.get((f.topic, f.partition), []), f.first, f.last)
+        if converted == 0:
+            pending.append(f)
+        elif converted < f.last - f.first + 1:
+            log.warning("%s holds converted and new offsets (a compaction merged them); "
+                        "skipped so that no row is trained on twice", f.path)  # fmt: skip
+    return pending
+
+
+def _converted_offsets(ranges: Sequence[tuple[int, int]], first: int, last: int) -> int:
+    """How many offsets of [first, last] the converted (disjoint) ``ranges`` cover."""
+    return sum(max(0, min(last, b) - max(first, a) + 1) for a, b in ranges)
 
 
 def recover(root: Path, dataset: str, reward_fn: str) -> Manifest:

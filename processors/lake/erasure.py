@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from contracts.lake_layout import scan_topic
 from processors.lake.errors import ErasureError
+from processors.lake.maintenance import holds_maintenance_lock
 from processors.lake.writer import write_parquet_atomically
 from schemas.catalog import load_schema
 from schemas.events import ErasureRecorded
@@ -189,6 +190,7 @@ def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
     )
 
 
+@holds_maintenance_lock  # never interleaved with a compaction (processors.lake.maintenance)
 def erase_user(
     lake: Path,
     user_id: str,
@@ -243,6 +245,7 @@ class RetentionReport:
     kept_for_resume: list[Path] = field(default_factory=list)
 
 
+@holds_maintenance_lock
 def retain(
     lake: Path, days: float, *, now: datetime | None = None,
     remove: Callable[[Path], None] = shutil.rmtree,

@@ -19,3 +19,8 @@ class SinkConfigError(LakeError):
 
 class ErasureError(LakeError):
     """An erasure or retention request that cannot be carried out as asked."""
+
+
+class MaintenanceLockError(LakeError):
+    """The lake's maintenance lock stayed held by another process (a compaction, an erasure or
+    retention) for longer than the caller would wait."""

@@ -18,8 +18,10 @@ from contracts.lake_layout import (
     hour_of,
     hour_of_ms,
     parse_file_name,
+    parse_hour_dir,
     range_problems,
     scan_topic,
+    split_superseded,
     temp_partition,
     temp_path,
 )
@@ -116,3 +118,52 @@ def test_range_problems_name_gaps_and_overlaps() -> None:
     overlap = range_problems([lake_file(0, 9), lake_file(5, 19)])
     assert len(overlap) == 1 and overlap[0].startswith("overlap")
     assert range_problems([lake_file(3, 9)], start=0)[0].startswith("gap")
+
+
+def _touch(lake: Path, partition: int, first: int, last: int, hour: int) -> Path:
+    path = file_path(lake, "t", partition, first, last, hour)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
+
+
+def test_a_file_inside_a_larger_files_range_is_superseded_not_visible(tmp_path: Path) -> None:
+    # Compaction renamed [0, 29] into place and died before deleting what it merged.
+    h = 500_000
+    merged = _touch(tmp_path, 0, 0, 29, h)
+    inputs = [_touch(tmp_path, 0, a, b, h) for a, b in ((0, 9), (10, 19), (20, 29))]
+    later = _touch(tmp_path, 0, 30, 39, h + 1)
+    other = _touch(tmp_path, 1, 0, 9, h)  # another partition: never compared across
+    scan = scan_topic(tmp_path, "t")
+    assert [f.path for f in scan.files[0]] == [merged, later]
+    assert [f.path for f in scan.superseded[0]] == inputs
+    assert [f.path for f in scan.files[1]] == [other] and 1 not in scan.superseded
+    assert range_problems(scan.files[0], start=0) == []
+    assert scan.resume_offsets() == {0: 40, 1: 10}
+
+
+def test_equal_ranges_and_partial_overlaps_stay_visible_for_range_problems() -> None:
+    def f(first: int, last: int, where: str) -> LakeFile:
+        return LakeFile("t", 0, first, last, Path(where) / file_name("t", 0, first, last))
+
+    twice = [f(0, 9, "h1"), f(0, 9, "h2")]
+    visible, superseded = split_superseded(twice)
+    assert (len(visible), superseded) == (2, [])
+    assert range_problems(visible, start=0) == [
+        "overlap before t+0+0+9.parquet: expected first offset 10"
+    ]
+    partial = [f(0, 9, "h"), f(5, 14, "h")]  # not inside one file: a real overlap
+    visible, superseded = split_superseded(partial)
+    assert (visible, superseded) == (sorted(partial), [])
+    assert range_problems(visible) != []
+    nested = [f(0, 99, "h"), f(10, 19, "h"), f(12, 15, "h"), f(100, 100, "h")]
+    visible, superseded = split_superseded(nested)
+    assert [(v.first, v.last) for v in visible] == [(0, 99), (100, 100)]
+    assert [(s.first, s.last) for s in superseded] == [(10, 19), (12, 15)]
+
+
+def test_hour_directories_parse_back_to_their_hour(tmp_path: Path) -> None:
+    hour = hour_of(datetime(2026, 3, 4, 5, tzinfo=UTC))
+    assert parse_hour_dir(hour_dir(tmp_path, "t", hour)) == hour
+    for bad in ("t/dt=2026-03-04/hour=24", "t/dt=2026-13-01/hour=01", "t/x/hour=01", "t/dt=x"):
+        assert parse_hour_dir(tmp_path / bad) is None

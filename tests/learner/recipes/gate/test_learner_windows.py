@@ -321,3 +321,26 @@ def test_a_reward_emitted_twice_is_one_row(tmp_path: Path) -> None:
     assert record.skipped_rows == 60
     everyone = load_rows(lake, record, reward_fn=FN, holdout=None)
     assert len(everyone) == 60 and set(everyone.reward) <= {0.75, -0.25, 0.0}
+
+
+def test_files_compaction_merged_from_converted_files_are_not_converted_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from datetime import UTC, datetime
+
+    from processors.lake.compaction import compact_lake
+
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    for k, first in enumerate((0, 300, 600, 900)):  # one hour, contiguous
+        write_reward_lake(lake, _rows(300 if first < 900 else 50, k), first_offset=first)
+    assert build_window(lake, mds, "gate", FN) is not None
+    later = datetime(2026, 1, 1, tzinfo=UTC)
+    assert compact_lake(lake, now=later).topics["rewards"].runs == 1  # [0, 899]: converted
+    assert build_window(lake, mds, "gate", FN) is None
+    # A merge of converted files (0-949) and a new one (950-999) is skipped, with a warning.
+    write_reward_lake(lake, _rows(50, 5), first_offset=950)
+    write_reward_lake(lake, _rows(50, 6), first_offset=1000)  # the newest: never merged
+    compact_lake(lake, now=later)
+    window = build_window(lake, mds, "gate", FN)
+    assert window is not None and [(f.first, f.last) for f in window.files] == [(1000, 1049)]
+    assert "rewards+0+0+999.parquet holds converted and new offsets" in caplog.text

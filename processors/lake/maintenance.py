@@ -1,0 +1,122 @@
+"""The lake's maintenance lock: compaction, erasure and retention never interleave.
+
+Each of them reads files and then replaces or deletes them; interleaved, an erasure could
+rewrite a file that a compaction already read, and the merged file would bring the erased rows
+back. They all hold an exclusive `flock` on `<lake>/.maintenance.lock` (a dot name: no view or
+scan ever reads it). The sink does not take it: it only adds files above every existing range.
+
+Taking the lock first finishes what a crashed compaction left: it deletes superseded files
+(`contracts.lake_layout`), so the holder sees each offset in exactly one file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
+
+from contracts.lake_layout import scan_topic
+from processors.lake.errors import MaintenanceLockError
+from processors.lake.resume import delete_superseded
+
+LOCK_NAME = ".maintenance.lock"
+DEFAULT_WAIT_S = 3600.0
+_POLL_S = 0.2
+log = logging.getLogger(__name__)
+# Locks held per thread ((lake, thread) -> [fd, depth]): compaction runs retention under its own
+# lock, and a second flock on another descriptor of the same file would wait for itself. Another
+# thread opens its own descriptor, so it waits like another process.
+_held: dict[tuple[Path, int], list[int]] = {}
+_guard = threading.Lock()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@contextmanager
+def maintenance_lock(lake: Path, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
+    """Hold `<lake>/.maintenance.lock` (re-entrant within a thread), after deleting the
+    superseded files a crashed compaction left. Waits up to `wait_s` for another holder, then
+    raises MaintenanceLockError. A missing `lake` holds nothing to protect: no lock then."""
+    root = lake.absolute()
+    if not root.is_dir():
+        yield
+        return
+    key = (root, threading.get_ident())
+    with _guard:
+        if key in _held:
+            _held[key][1] += 1
+            nested = True
+        else:
+            nested = False
+    if nested:
+        try:
+            yield
+        finally:
+            with _guard:
+                _held[key][1] -= 1
+        return
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _acquire(fd, root, wait_s)
+        with _guard:
+            _held[key] = [fd, 1]
+        try:
+            recover_superseded(root)
+            yield
+        finally:
+            with _guard:
+                del _held[key]
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def holds_maintenance_lock(
+    function: Callable[Concatenate[Path, P], R],
+) -> Callable[Concatenate[Path, P], R]:
+    """Decorate a function whose first argument is the lake: it runs holding the lock."""
+
+    @wraps(function)
+    def locked(lake: Path, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with maintenance_lock(lake):
+            return function(lake, *args, **kwargs)
+
+    return locked
+
+
+def _acquire(fd: int, lake: Path, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    warned = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise MaintenanceLockError(
+                    f"{lake / LOCK_NAME} stayed locked for {wait_s:.0f}s by another compaction, "
+                    "erasure or retention; wait for it to finish and run this again"
+                ) from None
+            if not warned:
+                log.warning("waiting for %s: another lake maintenance is running", lake / LOCK_NAME)
+                warned = True
+            time.sleep(_POLL_S)
+
+
+def recover_superseded(lake: Path) -> int:
+    """Delete every superseded file of every topic in `lake`; returns how many. Call it with
+    the maintenance lock held (the sink deletes its own partitions' on assignment)."""
+    deleted = 0
+    for topic_dir in sorted(p for p in lake.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        scan = scan_topic(lake, topic_dir.name)
+        deleted += delete_superseded(f for files in scan.superseded.values() for f in files)
+    if deleted:
+        log.warning("deleted %d superseded files a crashed compaction left in %s", deleted, lake)
+    return deleted
