@@ -31,6 +31,7 @@ from processors.lake.erasure import (
     user_files,
     user_keys,
 )
+from processors.lake.maintenance import maintenance_lock
 from streams.topic_io import EventProducer
 from streams.topics import ERASURES_TOPIC, REWARDS_TOPIC
 
@@ -43,16 +44,20 @@ def erase_everywhere(
     erasures_topic: str = ERASURES_TOPIC,
 ) -> ErasureReport:
     """Erase `user_id` (a pseudonym) from the DLQ topics, the learner's MDS windows
-    (`<home>/mds`) and the lake, then record it."""
+    (`<home>/mds`) and the lake, then record it.
+
+    The lake's maintenance lock is held from reading the user's ids to the last rewrite, so a
+    compaction never replaces a file between the two (`processors.lake.maintenance`)."""
     codec = clients.codec(settings)
-    keys = user_keys(settings.lake, user_id)
-    dead_letters = purge_dead_letters(
-        settings.kafka_client_config(), keys, codec.decode, topics=dlq_topics
-    )
-    report = ErasureReport(uuid.uuid4().hex, user_id, dead_letters_removed=dead_letters)
-    erase_training_data(settings.lake, settings.home / "mds", keys, report)
-    others = [t for t in USER_TOPICS if t != REWARDS_TOPIC]
-    erase_user(settings.lake, user_id, keys=keys, topics=others, report=report)
+    with maintenance_lock(settings.lake):
+        keys = user_keys(settings.lake, user_id)
+        dead_letters = purge_dead_letters(
+            settings.kafka_client_config(), keys, codec.decode, topics=dlq_topics
+        )
+        report = ErasureReport(uuid.uuid4().hex, user_id, dead_letters_removed=dead_letters)
+        erase_training_data(settings.lake, settings.home / "mds", keys, report)
+        others = [t for t in USER_TOPICS if t != REWARDS_TOPIC]
+        erase_user(settings.lake, user_id, keys=keys, topics=others, report=report)
     event = erasure_event(report, producer=f"flywheel.privacy/{socket.gethostname()}")
     producer = EventProducer(settings.kafka_client_config())
     producer.send(erasures_topic, user_id, codec.encode(ERASURES_TOPIC, event.to_record()))
