@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from flywheel.console import out
 from flywheel.doctor import CHECKS, DEFAULT_TIMEOUT_S, run_checks
+from flywheel.options import Duration, duration_text
 
 
 @click.command()
@@ -18,7 +19,8 @@ from flywheel.doctor import CHECKS, DEFAULT_TIMEOUT_S, run_checks
     "Default: all.",
 )  # fmt: skip
 @click.option(
-    "--timeout-s", default=DEFAULT_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
+    "--timeout", "timeout_s", default=duration_text(DEFAULT_TIMEOUT_S), show_default=True,
+    type=Duration(0.1),
     help="How long to wait for the broker and the registry.",
 )  # fmt: skip
 def doctor(only: tuple[str, ...], timeout_s: float) -> None:

@@ -96,7 +96,7 @@ def test_public_url_drops_user_info() -> None:
 
 
 def test_the_command_exits_1_prints_fixes_and_no_secret(unreachable_env: dict[str, str]) -> None:
-    result = CliRunner().invoke(doctor, ["--timeout-s", "1"], env=unreachable_env)
+    result = CliRunner().invoke(doctor, ["--timeout", "1s"], env=unreachable_env)
     assert result.exit_code == 1, result.output
     assert "fix:" in result.output
     assert "2 passed, 4 failed" in result.output  # config and the sandbox pass
