@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Column, Table
 
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
@@ -33,6 +32,7 @@ from flywheel.metrics import (
 from flywheel.options import Duration, status_every_option, topic_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from flywheel.tables import Column, json_option, print_records
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
 from streams.topics import FEATURE_UPDATES_TOPIC, dlq_topic
@@ -98,19 +98,31 @@ def features() -> None:
     """
 
 
+VALUE_COLUMNS = (
+    Column("feature"),
+    Column("value", text=lambda v: "undefined" if v is None else f"{v:.6g}"),
+    Column("count"),
+)
+FEATURE_COLUMNS = (
+    Column("feature"), Column("entity_keys", "entity keys", text="+".join), Column("source"),
+    Column("aggregation"), Column("window"), Column("ttl"),
+)  # fmt: skip
+
+
 @features.command("list")
 @_features_file
-def list_features(features_file: Path | None) -> None:
-    """Show every declared feature: entity keys, source, aggregation, window, TTL."""
+@json_option
+def list_features(features_file: Path | None, as_json: bool) -> None:
+    """Show every declared feature: entity keys, source, aggregation, window, TTL. One line per
+    feature when piped; --json for scripts."""
     from feature_store.declarations import load_features
 
-    table = Table("entity keys", "source", "aggregation", "window", "ttl")
-    table.columns.insert(0, Column("feature", no_wrap=True))  # names stay greppable
-    for f in load_features(features_file):
-        ttl = f"{f.ttl_ms / 3_600_000:g}h"
-        keys = "+".join(f.entity.keys)
-        table.add_row(f.qualified_name, keys, f.source, f.aggregation, f.window, ttl)
-    out.print(table)
+    records = [
+        {"feature": f.qualified_name, "entity_keys": list(f.entity.keys), "source": f.source,
+         "aggregation": f.aggregation, "window": f.window, "ttl": f"{f.ttl_ms / 3_600_000:g}h"}
+        for f in load_features(features_file)
+    ]  # fmt: skip
+    print_records(records, FEATURE_COLUMNS, as_json=as_json)
 
 
 @features.command()
@@ -199,6 +211,7 @@ def serve(host: str, port: int, **options: Any) -> None:
     help="Lake directory for --offline. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
 )
 @_features_file
+@json_option
 def get(
     entity_type: str,
     entity_id: str,
@@ -208,10 +221,12 @@ def get(
     offline: bool,
     lake: Path | None,
     features_file: Path | None,
+    as_json: bool,
 ) -> None:
     """Show one entity's feature values, online (from `flywheel features serve`) or --offline.
 
-    ENTITY_ID joins composite keys with @ (user_language: <user_id>@<language>;
+    ENTITY_TYPE is a declared entity (user, user_language, model_version, ...); ENTITY_ID joins
+    composite keys with @ (user_language: <user_id>@<language>;
     model_version: <model_name>@<version>).
     """
     wanted = [n.strip() for n in names.split(",")] if names else None
@@ -219,10 +234,8 @@ def get(
         rows = _offline_values(entity_type, entity_id, wanted, as_of, lake, features_file)
     else:
         rows = _online_values(url, entity_type, entity_id, wanted, as_of)
-    table = Table(Column("feature", no_wrap=True), "value", "count")
-    for name, value, count in rows:
-        table.add_row(name, "undefined" if value is None else f"{value:.6g}", str(count))
-    out.print(table)
+    records = [{"feature": n, "value": v, "count": c} for n, v, c in rows]
+    print_records(records, VALUE_COLUMNS, as_json=as_json)
 
 
 def _online_values(
