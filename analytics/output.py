@@ -43,7 +43,7 @@ def rich_table(result: pa.Table, max_rows: int) -> Table:
         table.add_row(*(_cell(v) for v in row.values()))
     if result.num_rows > len(shown):
         table.caption = (
-            f"{len(shown)} of {result.num_rows} rows; use --max-rows, or --format csv/json/parquet"
+            f"{len(shown)} of {result.num_rows} rows; use --limit, or --format csv/json/parquet"
         )
     else:
         table.caption = f"{result.num_rows} row{'s' if result.num_rows != 1 else ''}"

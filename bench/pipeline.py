@@ -72,7 +72,7 @@ STATUS = re.compile(r"process: ([\d,]+) events")
 
 # So that every run attributes the same way whatever the fetch timing, the bench allows 10 days
 # of lateness (nothing is attributed while the input flows) and, once the input is consumed,
-# sends one "tick" edit per partition 11 days after the last event; `--idle-s 0` lets that one
+# sends one "tick" edit per partition 11 days after the last event; `--idle-after 0` lets that one
 # topic's watermark pass every deadline, and every suggestion is attributed with all its events.
 LATENESS_S = 864_000
 CATCH_UP_S = 300.0  # the crash run: a joiner not caught up this long after its input stopped
@@ -106,23 +106,23 @@ class Topics:
         )
 
     def joiner_args(self, app_id: str) -> list[str]:
-        args = [a for t in TELEMETRY for a in ("--telemetry-topic", f"{self.of(t)}={t}")]
-        args += [a for t in SERVED for a in ("--completion-topic", f"{self.of(t)}={t}")]
+        args = [
+            a for t in (*TELEMETRY, *SERVED, ROLLOUTS) for a in ("--topic", f"{self.of(t)}={t}")
+        ]
         return [
-            *args, "--rollouts-topic", self.of(ROLLOUTS), "--rewards-topic", self.rewards,
-            "--dlq-late", self.of("dlq.late"), "--dlq-joiner", self.of("dlq.joiner"),
-            "--app-id", app_id, "--allowed-lateness-s", str(LATENESS_S), "--idle-s", "0",
-            "--session-timeout-s", "6",
+            *args, "--rewards-topic", self.rewards,
+            "--late-dlq-topic", self.of("dlq.late"), "--dlq-topic", self.of("dlq.joiner"),
+            "--group", app_id, "--allowed-lateness", str(LATENESS_S), "--idle-after", "0",
+            "--session-timeout", "6",
         ]  # fmt: skip
 
     def sink_args(self, lake: Path, group: str) -> list[str]:
         platform = [*TELEMETRY, ROLLOUTS, "rewards"]
-        args = [a for t in platform for a in ("--decode-as", f"{self.of(t)}={t}")]
-        topics = ",".join(self.of(t) for t in platform)
+        args = [a for t in platform for a in ("--topic", f"{self.of(t)}={t}")]
         return [
-            "--topics", topics, *args, "--lake", str(lake), "--group", group,
+            *args, "--lake", str(lake), "--group", group,
             "--instance-id", f"{group}-0", "--dlq-topic", self.of("dlq.sink"),
-            "--max-age-s", "2", "--status-every-s", "1",
+            "--max-age", "2s", "--status-every", "1s",
         ]  # fmt: skip
 
 
@@ -316,7 +316,7 @@ def joiner_rate(
 ) -> tuple[float, float]:
     """(events/s, events per CPU second) of one joiner worker draining `data` from `topics`,
     then the ticks (which attribute everything still pending)."""
-    args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
+    args = [*topics.joiner_args(app_id), "--status-every", "200ms"]
     worker = Proc("process", args, log)
     for n in (len(data), len(data) + 4):
         worker.wait_events(n)
@@ -336,7 +336,7 @@ def group_rate(settings: Settings, topics: Topics, n: int, app_id: str, log: Pat
     `topics`, counted from the moment both have applied events (the group formed: a worker
     that got partitions first is stopped by the rebalance the second one's join causes, which
     is start-up, as the one-worker rate's group join is) to the last event of both."""
-    args = [*topics.joiner_args(app_id), "--status-every-s", "0.2"]
+    args = [*topics.joiner_args(app_id), "--status-every", "200ms"]
     workers = [Proc("process", args, log.with_suffix(f".{i}.log")) for i in range(2)]
     try:
         start: tuple[float, int] | None = None  # (when both had applied events, events then)
@@ -447,7 +447,7 @@ def crash_run(
     topics.create(settings)
     lake = log_dir / "lake"
     app_id = f"{topics.prefix}.joiner"
-    joiner_args = [*topics.joiner_args(app_id), "--status-every-s", "1"]
+    joiner_args = [*topics.joiner_args(app_id), "--status-every", "1s"]
     sink_args = topics.sink_args(lake, f"{topics.prefix}.sink")
     filler = threading.Thread(target=fill_paced, args=(settings, topics, data, rate))
     filler.start()

@@ -10,7 +10,7 @@ is not counted.
 
 Latency: a paced producer sends events stamped with the current time while a `python -m
 processors.lake` subprocess sinks them; a watcher notes when each file becomes visible, and each
-row's latency is (file visible) - (event_time). It is dominated by `--max-age-s`.
+row's latency is (file visible) - (event_time). It is dominated by the sink's `--max-age`.
 
     .venv/bin/python -m bench.pipeline_sink --events 100000 --rounds 3 --rate 2000 --paced-s 20
 """
@@ -167,8 +167,8 @@ def latency(
     with tempfile.TemporaryDirectory() as tmp:
         lake = Path(tmp)
         options = (
-            f"--topics {topic} --lake {lake} --decode-as {topic}={SCHEMA_TOPIC} --group "
-            f"{topic}.sink --dlq-topic {topic}.dlq --max-age-s {max_age_s} --status-every-s 60"
+            f"--topic {topic}={SCHEMA_TOPIC} --lake {lake} --group "
+            f"{topic}.sink --dlq-topic {topic}.dlq --max-age {max_age_s} --status-every 60s"
         )
         command = [sys.executable, "-m", "flywheel", "sink", *options.split()]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

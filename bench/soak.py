@@ -53,16 +53,16 @@ from streams.client import CLIENT_TOPICS
 from streams.lag import LagProbe
 
 ROOT = Path(__file__).resolve().parents[1]
-JOINER_GROUP = "flywheel.joiner"  # `flywheel process`'s default --app-id
+JOINER_GROUP = "flywheel.joiner"  # `flywheel process`'s default --group
 LAG_GROUPS = {  # label -> (consumer group, its topics); the feature processor never commits
     "joiner": (JOINER_GROUP, CLIENT_TOPICS),
     "sink": (SINK_GROUP, (*CLIENT_TOPICS, "rewards", "features.updates")),
 }
 WORKER_SPECS = (  # the demo's joiner, sink and feature processor (flywheel/demo/loop.py)
-    WorkerSpec("joiner", ["process", "--status-every-s", "10",
-                          "--allowed-lateness-s", str(JOINER_LATENESS_S)]),
-    WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
-    WorkerSpec("features", ["features", "run", "--status-every-s", "10"]),
+    WorkerSpec("joiner", ["process", "--status-every", "10s",
+                          "--allowed-lateness", f"{JOINER_LATENESS_S}s"]),
+    WorkerSpec("sink", ["sink", "--max-age", "2s", "--status-every", "10s"]),
+    WorkerSpec("features", ["features", "run", "--status-every", "10s"]),
 )  # fmt: skip
 # Memory is judged for the workers whose state must stay flat under a steady load. Shown, not
 # judged: the feature processor, whose windows fill for 24 h (~28 bytes per entity and event

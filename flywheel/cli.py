@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib
 import os
+from functools import partial
 from typing import Any, cast
 
 import click
 
 from environments.isolation import TRUST_ENV
 from flywheel import logs
+from flywheel.options import rewrite_deprecated
 from flywheel.platform_extra import (
     LIGHT_COMMANDS,
     missing_platform_module,
@@ -45,6 +47,13 @@ class _FlywheelGroup(click.Group):
         name = cmd_name.replace("-", "_")
         module = importlib.import_module(f"flywheel.commands.{name}")
         return cast(click.Command, getattr(module, name))  # tests/flywheel/test_cli.py runs each
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        warn = partial(click.echo, err=True)
+        return name, command, rewrite_deprecated(name or "", rest, lambda m: warn(f"warning: {m}"))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -9,7 +9,7 @@ serves it on ``GET /metrics`` from a daemon thread while it runs (:func:`metrics
 Collectors read the stats objects the services already keep for their status lines, at scrape
 time: a metric costs nothing per event. Their figures are as fresh as those objects (the lake
 sink and the feature processor refresh consumer lag with each status line, every
-``--status-every-s``). Label values are bounded: services, stages and causes are fixed words,
+``--status-every``). Label values are bounded: services, stages and causes are fixed words,
 topics and partitions are the ones a service reads, channels are production and canary.
 
 The metric families every service shares (``service`` label on each):

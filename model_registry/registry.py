@@ -163,6 +163,21 @@ class ModelRegistry:
         records = self._read(self.topics.versions, lambda key: key is not None)
         return sorted({key.decode() for key, _ in records if key is not None})
 
+    def latest_model(self) -> str | None:
+        """The model whose newest version was registered last (None: no versions at all), in
+        one read of the versions topic."""
+        records = self._read(self.topics.versions, lambda key: key is not None)
+        latest: tuple[datetime, str] | None = None
+        for _, value in records:
+            if value is None:
+                continue
+            event = ModelVersionEvent.from_record(self._codec.decode(MODEL_VERSIONS_TOPIC, value))
+            if event.event_type is ModelEventType.REGISTERED and (
+                latest is None or event.event_time >= latest[0]
+            ):
+                latest = (event.event_time, event.model_name)
+        return None if latest is None else latest[1]
+
     def versions(self, model_name: str) -> dict[int, VersionState]:
         """The latest state of each registered version of ``model_name``, by version."""
         return fold_versions(self.history(model_name))

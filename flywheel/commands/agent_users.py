@@ -7,8 +7,10 @@ import threading
 import click
 
 from flywheel.clients import telemetry_client
+from flywheel.commands.serve import DEFAULT_PORT
 from flywheel.console import err, out
 from flywheel.isolation import require_model_code_isolation
+from flywheel.options import status_every_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 
@@ -16,7 +18,7 @@ from flywheel.signals import stop_on_signals
 @click.command("agent-users")
 @click.option(
     "--url",
-    default="http://127.0.0.1:8090",
+    default=f"http://127.0.0.1:{DEFAULT_PORT}",
     show_default=True,
     help="Base URL of the OpenAI-compatible API (`flywheel serve --kind agent`).",
 )
@@ -26,19 +28,25 @@ from flywheel.signals import stop_on_signals
     default=None,
     help="Bearer key (env FLYWHEEL_API_KEY); none for a server run with --no-auth.",
 )
-@click.option("--model", default="agent-lm", show_default=True)
-@click.option("--users", default=16, show_default=True, type=click.IntRange(1))
+@click.option("--model", default="agent-lm", show_default=True, help="Agent model to ask.")
+@click.option(
+    "--users", default=16, show_default=True, type=click.IntRange(1), help="Simulated users."
+)
 @click.option("--rate", default=2.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Requests per second, all users together.")  # fmt: skip
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 256),
               help="Requests in flight at once (the server batches them).")  # fmt: skip
-@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--max-tokens", default=24, show_default=True, type=click.IntRange(1, 4096))
-@click.option("--max-requests", default=None, type=click.IntRange(1), help="Stop after this many.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--temperature", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="Sampling temperature asked for (0: greedy).")  # fmt: skip
+@click.option("--max-tokens", default=24, show_default=True, type=click.IntRange(1, 4096),
+              help="Most tokens generated per completion.")  # fmt: skip
+@click.option("--max-requests", default=None, type=click.IntRange(1),
+              help="Stop after this many requests. Default: run until stopped.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the users' choices.")  # fmt: skip
 @click.option("--name", default="agent-users", show_default=True,
               help="Names the users, sessions and the SDK spool.")  # fmt: skip
-@click.option("--status-every-s", default=15.0, show_default=True, type=click.FloatRange(0.1))
+@status_every_option(15.0)
 def agent_users(
     url: str,
     api_key: str | None,

@@ -15,6 +15,7 @@ from flywheel.console import err, out
 from flywheel.demo.loop import Demo, DemoOptions, DemoStatus
 from flywheel.demo.results import RunResults
 from flywheel.isolation import require_model_code_isolation
+from flywheel.options import Duration
 from flywheel.platform import ensure_infrastructure
 from flywheel.report import write_report
 from flywheel.report.html import (
@@ -86,11 +87,12 @@ def agent_table(results: RunResults) -> Table:
     help="Stop once this many model versions are decided (promoted, failed or rolled back).",
 )
 @click.option(
-    "--budget-min",
-    default=15.0,
+    "--budget",
+    "budget_s",
+    default="15m",
     show_default=True,
-    type=click.FloatRange(min=0.5),
-    help="...or after this many minutes.",
+    type=Duration(30),
+    help="...or after this long (wall time).",
 )
 @click.option(
     "--rate",
@@ -140,7 +142,7 @@ def agent_table(results: RunResults) -> Table:
 def demo(
     config_path: Path,
     versions: int,
-    budget_min: float,
+    budget_s: float,
     rate_per_s: float,
     model_name: str | None,
     learner_args: tuple[str, ...],
@@ -166,7 +168,7 @@ def demo(
     options = DemoOptions(
         config_path,
         versions,
-        budget_min * 60,
+        budget_s,
         rate_per_s,
         model_name or f"gate-{run_id}",
         run_id,

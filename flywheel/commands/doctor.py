@@ -5,10 +5,17 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
-from flywheel.console import out
 from flywheel.doctor import CHECKS, DEFAULT_TIMEOUT_S, run_checks
+from flywheel.options import Duration, duration_text
+from flywheel.tables import Column, json_option, note, print_records
+
+COLUMNS = (
+    Column("check"),
+    Column("ok", text=lambda ok: "ok" if ok else "FAIL", styles={"ok": "green", "FAIL": "red"}),
+    Column("detail"),
+    Column("fix"),
+)
 
 
 @click.command()
@@ -18,24 +25,25 @@ from flywheel.doctor import CHECKS, DEFAULT_TIMEOUT_S, run_checks
     "Default: all.",
 )  # fmt: skip
 @click.option(
-    "--timeout-s", default=DEFAULT_TIMEOUT_S, show_default=True, type=click.FloatRange(min=0.1),
+    "--timeout", "timeout_s", default=duration_text(DEFAULT_TIMEOUT_S), show_default=True,
+    type=Duration(0.1),
     help="How long to wait for the broker and the registry.",
 )  # fmt: skip
-def doctor(only: tuple[str, ...], timeout_s: float) -> None:
+@json_option
+def doctor(only: tuple[str, ...], timeout_s: float, as_json: bool) -> None:
     """Check configuration, Kafka and registry connectivity, topic drift, schema compatibility
     and the sandbox for model-written code; print each failure with its fix and exit 1 if any
     check failed.
 
-    Secrets are never printed. Also the healthcheck of the compose services
-    (`flywheel doctor --check config --check kafka`).
+    One line per check when piped; --json for scripts. Secrets are never printed. Also the
+    healthcheck of the compose services (`flywheel doctor --check config --check kafka`).
     """
     results = run_checks(only=only or CHECKS, timeout_s=timeout_s)
-    for result in results:
-        mark = "[green]ok[/]  " if result.ok else "[red]FAIL[/]"
-        out.print(f"{mark} {result.check:<8} {escape(result.detail)}")
-        if not result.ok and result.fix:
-            out.print(f"              fix: {escape(result.fix)}")
+    records = [
+        {"check": r.check, "ok": r.ok, "detail": r.detail, "fix": r.fix or None} for r in results
+    ]
+    print_records(records, COLUMNS, as_json=as_json)
     failed = sum(not r.ok for r in results)
-    out.print(f"{len(results) - failed} passed, {failed} failed")
+    note(f"{len(results) - failed} passed, {failed} failed", as_json=as_json)
     if failed:
         sys.exit(1)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Column, Table
 
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
@@ -30,8 +29,10 @@ from flywheel.metrics import (
     metrics_endpoint,
     metrics_options,
 )
+from flywheel.options import Duration, status_every_option, topic_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
+from flywheel.tables import Column, json_option, print_records
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
 from streams.topics import FEATURE_UPDATES_TOPIC, dlq_topic
@@ -45,45 +46,42 @@ _features_file = click.option(
 )
 
 
-def _topic_map(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> dict[str, str] | None:
-    if not value:
-        return None
-    mapping = {}
-    for item in (v.strip() for v in value.split(",") if v.strip()):
-        topic, _, source = item.partition("=")
-        mapping[topic] = source or topic
-    return mapping
-
-
 def _processor_options(f: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         _features_file,
-        click.option(
-            "--topics",
-            callback=_topic_map,
-            default=None,
-            metavar="TOPIC[=SOURCE],...",
-            help="Topics to read, each as itself or as a declared source (a copy of rewards: "
-            "mine=rewards). Default: the declared sources.",
+        topic_option(
+            "Topics to read, each a declared source or a copy of one (mine=rewards). "
+            "Default: the declared sources."
         ),
-        click.option("--updates-topic", default=FEATURE_UPDATES_TOPIC, show_default=True),
-        click.option("--dlq-topic", default=dlq_topic("features"), show_default=True),
+        click.option(
+            "--updates-topic",
+            default=FEATURE_UPDATES_TOPIC,
+            show_default=True,
+            help="Where the FeatureUpdates go.",
+        ),
+        click.option(
+            "--dlq-topic",
+            default=dlq_topic("features"),
+            show_default=True,
+            help="Dead-letter topic: source records that do not decode or validate.",
+        ),
         click.option(
             "--history",
+            "history_s",
             default="1h",
             show_default=True,
+            type=Duration(0.001),
             help="How far behind the latest event online lookups may ask (as_of); bounds memory.",
         ),
         click.option(
-            "--flush-every-s",
-            default=1.0,
+            "--flush-every",
+            "flush_every_s",
+            default="1s",
             show_default=True,
-            type=click.FloatRange(min=0.01),
+            type=Duration(0.01),
             help="Produce at most one FeatureUpdate per feature and entity this often.",
         ),
-        click.option("--status-every-s", default=5.0, show_default=True, type=float),
+        status_every_option(5.0),
         metrics_options,
     ]
     for option in reversed(options):
@@ -100,19 +98,31 @@ def features() -> None:
     """
 
 
+VALUE_COLUMNS = (
+    Column("feature"),
+    Column("value", text=lambda v: "undefined" if v is None else f"{v:.6g}"),
+    Column("count"),
+)
+FEATURE_COLUMNS = (
+    Column("feature"), Column("entity_keys", "entity keys", text="+".join), Column("source"),
+    Column("aggregation"), Column("window"), Column("ttl"),
+)  # fmt: skip
+
+
 @features.command("list")
 @_features_file
-def list_features(features_file: Path | None) -> None:
-    """Show every declared feature: entity keys, source, aggregation, window, TTL."""
+@json_option
+def list_features(features_file: Path | None, as_json: bool) -> None:
+    """Show every declared feature: entity keys, source, aggregation, window, TTL. One line per
+    feature when piped; --json for scripts."""
     from feature_store.declarations import load_features
 
-    table = Table("entity keys", "source", "aggregation", "window", "ttl")
-    table.columns.insert(0, Column("feature", no_wrap=True))  # names stay greppable
-    for f in load_features(features_file):
-        ttl = f"{f.ttl_ms / 3_600_000:g}h"
-        keys = "+".join(f.entity.keys)
-        table.add_row(f.qualified_name, keys, f.source, f.aggregation, f.window, ttl)
-    out.print(table)
+    records = [
+        {"feature": f.qualified_name, "entity_keys": list(f.entity.keys), "source": f.source,
+         "aggregation": f.aggregation, "window": f.window, "ttl": f"{f.ttl_ms / 3_600_000:g}h"}
+        for f in load_features(features_file)
+    ]  # fmt: skip
+    print_records(records, FEATURE_COLUMNS, as_json=as_json)
 
 
 @features.command()
@@ -122,7 +132,7 @@ def run(once: bool, **options: Any) -> None:
     """Compute features online and produce FeatureUpdates (no HTTP; see `serve`).
 
     Reads the source topics from the beginning (the state is rebuilt from them), prints a
-    status line every --status-every-s and stops on Ctrl-C or, with --once, when caught up.
+    status line every --status-every and stops on Ctrl-C or, with --once, when caught up.
     """
     processor = _processor(**options)
     stop = stop_on_signals()
@@ -142,8 +152,14 @@ def run(once: bool, **options: Any) -> None:
 
 @features.command()
 @_processor_options
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="HTTP port (docs/cli.md lists every server's).",
+)
 def serve(host: str, port: int, **options: Any) -> None:
     """Compute features online and serve them over HTTP until Ctrl-C.
 
@@ -181,10 +197,21 @@ def serve(host: str, port: int, **options: Any) -> None:
 @click.argument("entity_id")
 @click.option("--features", "names", default=None, help="Comma-separated names (default: all).")
 @click.option("--as-of", default=None, help="Epoch ms or ISO 8601 with a zone. Default: now.")
-@click.option("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}", show_default=True)
+@click.option(
+    "--url",
+    default=f"http://127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    help="Base URL of `flywheel features serve`.",
+)
 @click.option("--offline", is_flag=True, help="Compute from the lake instead of asking `serve`.")
-@click.option("--lake", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--lake",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Lake directory for --offline. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
+)
 @_features_file
+@json_option
 def get(
     entity_type: str,
     entity_id: str,
@@ -194,10 +221,12 @@ def get(
     offline: bool,
     lake: Path | None,
     features_file: Path | None,
+    as_json: bool,
 ) -> None:
     """Show one entity's feature values, online (from `flywheel features serve`) or --offline.
 
-    ENTITY_ID joins composite keys with @ (user_language: <user_id>@<language>;
+    ENTITY_TYPE is a declared entity (user, user_language, model_version, ...); ENTITY_ID joins
+    composite keys with @ (user_language: <user_id>@<language>;
     model_version: <model_name>@<version>).
     """
     wanted = [n.strip() for n in names.split(",")] if names else None
@@ -205,10 +234,8 @@ def get(
         rows = _offline_values(entity_type, entity_id, wanted, as_of, lake, features_file)
     else:
         rows = _online_values(url, entity_type, entity_id, wanted, as_of)
-    table = Table(Column("feature", no_wrap=True), "value", "count")
-    for name, value, count in rows:
-        table.add_row(name, "undefined" if value is None else f"{value:.6g}", str(count))
-    out.print(table)
+    records = [{"feature": n, "value": v, "count": c} for n, v, c in rows]
+    print_records(records, VALUE_COLUMNS, as_json=as_json)
 
 
 def _online_values(
@@ -284,24 +311,21 @@ def _parse_as_of(raw: str | None) -> int:
 
 def _processor(
     features_file: Path | None,
-    topics: dict[str, str] | None,
+    topics: dict[str, str | None],
     updates_topic: str,
     dlq_topic: str,
-    history: str,
+    history_s: float,
     flush_every_s: float,
     **_: Any,
 ) -> Any:
     """A FeatureProcessor from the CLI options (Kafka imported only here, not for --help)."""
-    from feature_store.declarations import load_features, parse_duration_ms
+    from feature_store.declarations import load_features
     from feature_store.online import OnlineFeatureStore
     from feature_store.processor import FeatureProcessor
     from flywheel.clients import codec as make_codec
 
     ensure_logging("features")
-    try:
-        history_ms = parse_duration_ms(history)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--history") from None
+    history_ms = round(history_s * 1000)
     settings = Settings.from_env()
     try:
         feature_set = load_features(features_file)
@@ -312,7 +336,7 @@ def _processor(
             settings.kafka_client_config(),
             codec,
             store,
-            topics=topics,
+            topics={name: schema or name for name, schema in topics.items()} or None,
             updates_topic=updates_topic,
             dlq=dlq_topic,
             producer_name=f"feature_store.online/{socket.gethostname()}",

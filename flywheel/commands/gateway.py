@@ -7,11 +7,11 @@ the key file under FLYWHEEL_HOME and uvicorn.
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
 from flywheel.settings import Settings
+from flywheel.tables import Column, json_option, note, print_records
 from streams.gateway.keys import ApiKeyStore, default_key_path
 from streams.gateway.parsing import GATEWAY_EVENT_TYPES
 
@@ -30,7 +30,13 @@ def gateway() -> None:
 
 @gateway.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8088, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    default=8088,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="HTTP port (docs/cli.md lists every server's).",
+)
 @click.option(
     "--max-body-bytes",
     default=1_048_576,
@@ -113,17 +119,26 @@ def revoke_key(name: str) -> None:
     out.print(f"revoked key [bold]{name}[/]")
 
 
+KEY_COLUMNS = (
+    Column("name"), Column("event_types", "event types"), Column("created"),
+    Column("state", styles={"active": "green", "revoked": "red"}),
+)  # fmt: skip
+
+
 @gateway.command("list-keys")
-def list_keys() -> None:
-    """Show each API key's name, event types, creation time and state (never secrets)."""
+@json_option
+def list_keys(as_json: bool) -> None:
+    """Show each API key's name, event types, creation time and state (never secrets). One
+    line per key when piped; --json for scripts."""
     store = _store()
-    records = store.records()
+    records = [
+        {"name": r.name, "event_types": list(r.event_types), "created": r.created_at,
+         "state": "revoked" if r.revoked else "active"}
+        for r in store.records()
+    ]  # fmt: skip
     if not records:
-        out.print(f"no keys in {store.path}; add one with `flywheel gateway add-key NAME`")
-        return
-    table = Table("name", "event types", "created (UTC)", "state")
-    for r in records:
-        state = "[red]revoked[/]" if r.revoked else "[green]active[/]"
-        created = r.created_at.strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(r.name, ", ".join(r.event_types), created, state)
-    out.print(table)
+        note(
+            f"no keys in {store.path}; add one with `flywheel gateway add-key NAME`",
+            as_json=as_json,
+        )
+    print_records(records, KEY_COLUMNS, as_json=as_json)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.progress import Progress, TaskID
 
-from flywheel.commands.units import ByteSize, Duration
 from flywheel.console import err
+from flywheel.options import ByteSize, Duration
 from flywheel.settings import Settings
+from flywheel.tables import Column, json_option, note, print_records
+
+COLUMNS = ("topic", "runs", "files_before", "files_after", "bytes_before", "bytes_after")
 
 
 @click.group()
@@ -39,7 +41,7 @@ def lake() -> None:
     default="1h",
     show_default=True,
     help="Compact only hours that ended at least this long ago (90s, 5m, 2h, 30d); keep it "
-    "well above the sink's --max-age-s.",
+    "well above the sink's --max-age.",
 )
 @click.option(
     "--target-size",
@@ -58,7 +60,7 @@ def lake() -> None:
     "`flywheel privacy retain` does. Default: keep everything.",
 )
 @click.option("--dry-run", is_flag=True, help="Change nothing; report what would be done.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout, for scripts.")
+@json_option
 def compact(
     lake_dir: Path | None, topics: tuple[str, ...], min_age_s: float, target_bytes: int,
     retention_s: float | None, dry_run: bool, as_json: bool,
@@ -93,21 +95,13 @@ def compact(
         for t, s in report.topics.items()
     ]  # fmt: skip
     dropped = [] if report.retention is None else [str(p) for p in report.retention.deleted]
-    if as_json:
-        click.echo(json.dumps(
-            {"lake": str(root), "dry_run": dry_run, "topics": rows, "retention_deleted": dropped}
-        ))  # fmt: skip
-        return
-    header = ("topic", "runs", "files_before", "files_after", "bytes_before", "bytes_after")
-    click.echo("\t".join(header))
-    for row in rows:
-        click.echo("\t".join(str(row[k]) for k in header))
+    print_records(rows, [Column(k) for k in COLUMNS], as_json=as_json)
     before = sum(s.files_before for s in report.topics.values())
     after = sum(s.files_after for s in report.topics.values())
     verb = "would merge" if dry_run else "merged"
     what = f"{verb} {before:,} files into {after:,} in {root}"
-    if report.retention is not None:
+    if dropped or report.retention is not None:
         what += (
             f"; retention {'would delete' if dry_run else 'deleted'} {len(dropped)} hour folders"
         )
-    err.print(what)
+    note(what, as_json=as_json)

@@ -68,7 +68,13 @@ def _log(message: str) -> None:
     default=None,
     help="Override loop.min_new_rows: new training rows needed per version.",
 )
-@click.option("--duration", default=None, help="Override train.duration, e.g. 20ep, 500ba, 90s.")
+@click.option(
+    "--train-duration",
+    "duration",
+    default=None,
+    help="Override train.duration: the training budget per version in epochs (20ep), batches "
+    "(500ba) or wall time (90s). Default: the config's.",
+)
 @metrics_options
 def learn(
     recipe: str,

@@ -8,28 +8,29 @@ from __future__ import annotations
 
 import getpass
 import socket
+from datetime import UTC
+from typing import Any
 
 import click
-from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from contracts.advantages import GROUP_REWARD_FN
 from flywheel.clients import codec
-from flywheel.console import out
+from flywheel.console import err, out
 from flywheel.settings import Settings
+from flywheel.tables import Column, json_option, note, print_records
 from model_registry.registry import ModelRegistry, VersionState
 from policies.policy import FALLBACK_VERSION
 from schemas.enums import Channel
 from schemas.events import ChannelPointer, ModelVersionEvent
 
-DEFAULT_MODEL = "suggestion-gate"
-
 model_option = click.option(
     "--model",
     "model_name",
-    default=DEFAULT_MODEL,
-    show_default=True,
-    help="Name of the model (the models.versions key).",
+    default=None,
+    help="Name of the model (the models.versions key). Default: the model whose latest version "
+    "was registered last (named on stderr).",
 )
 
 
@@ -39,9 +40,43 @@ def _registry() -> ModelRegistry:
     return ModelRegistry(settings.kafka_client_config(), codec(settings), producer=operator)
 
 
+def _chosen(registry: ModelRegistry, model_name: str | None) -> str:
+    """``model_name``, or else the most recently registered model (said on stderr): the one a
+    user just trained (every demo trains a fresh ``gate-<run>``)."""
+    if model_name is not None:
+        return model_name
+    name = registry.latest_model()
+    if name is None:
+        raise click.ClickException(
+            "no model versions are registered yet; train one (`flywheel learn`, "
+            "`flywheel demo`) or name one with --model"
+        )
+    err.print(f"model {name} (the most recently registered; --model to choose another)")
+    return name
+
+
 @click.group()
 def models() -> None:
-    """Model versions and where they serve: list, show, promote, canary, rollback."""
+    """Model versions and where they serve: list, show, promote, canary, rollback.
+
+    Without --model, show, promote, canary and rollback act on the most recently registered
+    model, and list lists every model.
+    """
+
+
+# Columns per model kind (docs/models.md): the gate's check is an off-policy estimate, the
+# agent's its eval suite's pass@1.
+COMMON_COLUMNS = (
+    Column("model"), Column("version", "v"), Column("parent"), Column("state"),
+)  # fmt: skip
+KIND_COLUMNS = {
+    "gate": (Column("dr", "DR [lower]", text=lambda e: _estimate(*e) if e else "-"),),
+    "agent": (
+        Column("pass_at_1", "pass@1", text=lambda p: "-" if p is None else f"{p:.1%}"),
+        Column("pass_lift", "lift [lower]", text=lambda e: _estimate(*e) if e else "-"),
+    ),
+}
+TAIL_COLUMNS = (Column("registered"), Column("channels"), Column("reason"))
 
 
 @models.command("list")
@@ -51,57 +86,97 @@ def models() -> None:
     default=None,
     help="Only this model (the models.versions key). Default: every registered model.",
 )
-def list_(model_name: str | None) -> None:
-    """Every version of every model (or of --model): latest state, channels, check estimate."""
+@json_option
+def list_(model_name: str | None, as_json: bool) -> None:
+    """Every version of every model (or of --model): latest state, its check, registration
+    time (ISO 8601, UTC), channels. A table per model on a terminal; one line per version when
+    piped; --json for scripts."""
     registry = _registry()
     names = [model_name] if model_name is not None else registry.model_names()
     if not names:
-        out.print(
+        note(
             "no model versions are registered yet; a model serves its fallback "
             f"v{FALLBACK_VERSION} until the learner registers one (`flywheel learn`, "
-            "`flywheel demo`)."
+            "`flywheel demo`).",
+            as_json=as_json,
         )
+    listings = [_listing(registry, name) for name in names]
+    if as_json:
+        print_records([r for _, _, records, _ in listings for r in records], (), as_json=True)
         return
-    for name in names:
-        _print_versions(registry, name)
+    for name, kind, records, summary in listings:
+        if not records:
+            note(
+                f"no versions of {name} are registered yet; it serves the fallback "
+                f"v{FALLBACK_VERSION}. The learner registers versions (`flywheel learn`).",
+            )
+            continue
+        columns = (*COMMON_COLUMNS, *KIND_COLUMNS[kind], *TAIL_COLUMNS)
+        print_records(records, columns, as_json=False, title=f"{name} versions ({kind})")
+        note(summary)
 
 
-def _print_versions(registry: ModelRegistry, model_name: str) -> None:
+def _listing(
+    registry: ModelRegistry, model_name: str
+) -> tuple[str, str, list[dict[str, Any]], str]:
+    """(name, kind, one record per version, the channel summary) of one model."""
     versions = registry.versions(model_name)
     pointers = registry.channels(model_name)
-    if not versions:
-        out.print(
-            f"no versions of {model_name} are registered yet; it serves the fallback "
-            f"v{FALLBACK_VERSION}. The learner registers versions (`flywheel learn`)."
-        )
-        return
     on = _channels_by_version(pointers)
-    table = Table(title=f"{model_name} versions", box=box.SIMPLE_HEAD)
-    for name in ("v", "parent", "state", "DR \\[lower]", "registered"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("channels", min_width=10)
-    table.add_column("reason", min_width=10, overflow="fold")
+    kind = _kind(versions)
+    records = []
     for state in versions.values():
         latest = state.latest
-        table.add_row(
-            str(state.version),
-            _maybe(state.parent_version),
-            state.status.value,
-            _estimate(latest.ope_dr_value, latest.ope_dr_lower),
-            f"{state.registered_at:%m-%d %H:%M}",
-            ", ".join(on.get(state.version, [])) or "-",
-            escape(latest.reason or ""),
-        )
-    out.print(table)
-    out.print(_channel_summary(pointers))
+        record: dict[str, Any] = {
+            "model": model_name, "kind": kind, "version": state.version,
+            "parent": state.parent_version, "state": state.status.value,
+        }  # fmt: skip
+        if kind == "gate":
+            record["dr"] = (
+                None if latest.ope_dr_value is None else [latest.ope_dr_value, latest.ope_dr_lower]
+            )
+        else:
+            metrics = _latest_metrics(state)
+            record["pass_at_1"] = metrics.get(PASS_AT_1)
+            lift = metrics.get(PASS_LIFT)
+            record["pass_lift"] = None if lift is None else [lift, metrics.get(PASS_LIFT_LOWER)]
+        record |= {
+            "registered": state.registered_at.astimezone(UTC),
+            "channels": on.get(state.version, []),
+            "reason": latest.reason or None,
+        }
+        records.append(record)
+    return model_name, kind, records, _channel_summary(pointers)
+
+
+# The agent recipes' metric names (learner/recipes/agent_*: eval suite results).
+PASS_AT_1, PASS_LIFT, PASS_LIFT_LOWER = "eval_pass_at_1", "eval_pass_lift", "eval_pass_lift_lower"
+
+
+def _kind(versions: dict[int, VersionState]) -> str:
+    """``agent`` when a version carries the eval suite's pass@1 or trains on group advantages,
+    else ``gate``."""
+    for state in versions.values():
+        if state.events[0].reward_fn == GROUP_REWARD_FN or PASS_AT_1 in _latest_metrics(state):
+            return "agent"
+    return "gate"
+
+
+def _latest_metrics(state: VersionState) -> dict[str, float]:
+    """The newest value of each metric over a version's events (steps may carry none)."""
+    metrics: dict[str, float] = {}
+    for event in state.events:
+        metrics |= event.metrics
+    return metrics
 
 
 @models.command()
 @click.argument("version", type=int)
 @model_option
-def show(version: int, model_name: str) -> None:
-    """One version's facts (artifact, training window, metrics, estimates) and history."""
+def show(version: int, model_name: str | None) -> None:
+    """VERSION's facts (artifact, training window, metrics, estimates) and history."""
     registry = _registry()
+    model_name = _chosen(registry, model_name)
     state = registry.version(model_name, version)
     facts = Table(title=f"{model_name} v{version}", show_header=False)
     facts.add_column("field", no_wrap=True)
@@ -109,10 +184,10 @@ def show(version: int, model_name: str) -> None:
     for name, value in _facts(state, registry.channels(model_name)):
         facts.add_row(escape(name), escape(value))
     out.print(facts)
-    history = Table("time (UTC)", "event", "producer", "reason", title="history")
+    history = Table("time", "event", "producer", "reason", title="history")
     for event in state.events:
         history.add_row(
-            f"{event.event_time:%Y-%m-%d %H:%M:%S}",
+            event.event_time.astimezone(UTC).isoformat(timespec="seconds"),
             event.event_type.value,
             escape(event.producer),
             escape(event.reason or ""),
@@ -123,10 +198,13 @@ def show(version: int, model_name: str) -> None:
 @models.command()
 @click.argument("version", type=int)
 @model_option
-@click.option("--reason", help="Why (recorded on the PROMOTED event).")
-def promote(version: int, model_name: str, reason: str | None) -> None:
+@click.option(
+    "--reason", help="Why (recorded on the PROMOTED event). Default: 'promoted by an operator'."
+)
+def promote(version: int, model_name: str | None, reason: str | None) -> None:
     """Point production at VERSION (every replica loads it) and end any canary."""
     registry = _registry()
+    model_name = _chosen(registry, model_name)
     before = registry.channels(model_name).get(Channel.PRODUCTION)
     registry.promote(model_name, version, reason=reason or "promoted by an operator")
     out.print(f"{model_name}: production → v{version} (was {_version_of(before)})")
@@ -143,9 +221,11 @@ def promote(version: int, model_name: str, reason: str | None) -> None:
     help="Share of users routed to the canary, by a stable hash of user_id.",
 )
 @click.option("--reason", help="Why (recorded on the CANARY_STARTED event).")
-def canary(version: int, model_name: str, fraction: float, reason: str | None) -> None:
+def canary(version: int, model_name: str | None, fraction: float, reason: str | None) -> None:
     """Route a stable FRACTION of users to VERSION as a canary."""
-    _registry().start_canary(model_name, version, fraction, reason=reason)
+    registry = _registry()
+    model_name = _chosen(registry, model_name)
+    registry.start_canary(model_name, version, fraction, reason=reason)
     out.print(f"{model_name}: canary → v{version} for {fraction:.1%} of users")
 
 
@@ -157,9 +237,10 @@ def canary(version: int, model_name: str, fraction: float, reason: str | None) -
     is_flag=True,
     help=f"Allow returning to the fallback v{FALLBACK_VERSION} when the version has no parent.",
 )
-def rollback(model_name: str, reason: str | None, to_fallback: bool) -> None:
+def rollback(model_name: str | None, reason: str | None, to_fallback: bool) -> None:
     """Point production back at the parent of the version it serves."""
     registry = _registry()
+    model_name = _chosen(registry, model_name)
     before = registry.channels(model_name).get(Channel.PRODUCTION)
     after = registry.rollback(model_name, reason=reason, to_fallback=to_fallback)
     target = f"v{after.version}" if after else f"the fallback v{FALLBACK_VERSION}"

@@ -6,6 +6,7 @@ import click
 
 from flywheel import clients
 from flywheel.console import out
+from flywheel.options import Duration
 from flywheel.privacy import erase_everywhere
 from flywheel.settings import Settings
 from processors.lake.erasure import retain
@@ -52,13 +53,14 @@ def erase(user: str, raw: bool) -> None:
 
 @privacy.command("retain")
 @click.option(
-    "--days", required=True, type=click.FloatRange(min=0, min_open=True),
-    help="Delete lake hour folders whose hour ended more than this many days ago.",
+    "--older-than", "older_than_s", required=True, type=Duration(0, min_open=True),
+    help="Delete lake hour folders whose hour ended more than this long ago (30d, 12h).",
 )  # fmt: skip
-def retain_(days: float) -> None:
-    """Delete whole lake hour folders older than --days (each partition's newest file stays)."""
+def retain_(older_than_s: float) -> None:
+    """Delete whole lake hour folders older than --older-than (each partition's newest file
+    stays)."""
     settings = Settings.from_env()
-    report = retain(settings.lake, days)
+    report = retain(settings.lake, older_than_s / 86_400)
     for folder in report.kept_for_resume:
         out.print(f"kept {folder}: it holds a partition's newest file (the sink resumes from it)")
     out.print(f"{len(report.deleted)} hour folders deleted from {settings.lake}")

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import signal
-from typing import Any
 
 import click
 
 from flywheel.console import err, out
 from flywheel.logs import json_logging
 from flywheel.metrics import JoinerCollector, metrics_options, start_metrics_server
+from flywheel.options import (
+    Duration,
+    duration_text,
+    resolve_topics,
+    status_every_option,
+    topic_option,
+)
 from flywheel.settings import Settings
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
@@ -19,7 +26,7 @@ from processors.joiner.config import JoinerConfig
 from processors.rewards.attribution import Windows
 from processors.rewards.groups import GroupPolicy
 from processors.rewards.served import FeedbackWindows
-from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS
+from streams.topics import COMPLETION_TOPICS, ROLLOUTS_TOPIC, TELEMETRY_TOPICS
 
 MS = 1000
 WORKER_GC_THRESHOLDS = (50_000, 20, 100)  # gc.set_threshold: see `process` (default 700, 10, 10)
@@ -28,27 +35,22 @@ JOINER, WINDOWS, GROUPS = JoinerConfig(), Windows(), GroupPolicy()
 FEEDBACK = FeedbackWindows()
 
 
-def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
-    """A click callback: TOPIC[=PLATFORM_TOPIC] values → {topic: platform topic}."""
-
-    def parse(
-        _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-    ) -> dict[str, str]:
-        if not values:
-            return dict(default)
-        mapping: dict[str, str] = {}
-        for value in values:
-            topic, sep, platform_topic = value.partition("=")
-            platform_topic = platform_topic if sep else topic
-            if not topic or platform_topic not in platform:
-                raise click.BadParameter(
-                    f"{value!r}: write TOPIC or TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
-                    f"{', '.join(platform)}"
-                )
-            mapping[topic] = platform_topic
-        return mapping
-
-    return parse
+def _sources(topics: dict[str, str | None]) -> tuple[dict[str, str], dict[str, str], str]:
+    """``--topic`` values → (telemetry, completion, rollouts) sources, each {topic: platform
+    topic}. A kind with no topic given keeps its default (JoinerConfig's)."""
+    chosen = resolve_topics(topics, (*TELEMETRY_TOPICS, *COMPLETION_TOPICS, ROLLOUTS_TOPIC))
+    telemetry = {t: s for t, s in chosen.items() if s in TELEMETRY_TOPICS}
+    completions = {t: s for t, s in chosen.items() if s in COMPLETION_TOPICS}
+    rollouts = [t for t, s in chosen.items() if s == ROLLOUTS_TOPIC]
+    if len(rollouts) > 1:
+        raise click.BadParameter(
+            f"one rollouts topic, not {', '.join(rollouts)}", param_hint="--topic"
+        )
+    return (
+        telemetry or dict(JOINER.topics),
+        completions or dict(JOINER.completion_topics),
+        rollouts[0] if rollouts else JOINER.rollouts_topic,
+    )
 
 
 @click.command()
@@ -61,38 +63,43 @@ def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
     help="Reward function id (name@version). Repeatable: one Reward per suggestion per function.",
 )
 @click.option(
-    "--outcome-window-s",
-    default=WINDOWS.outcome_ms / MS,
+    "--outcome-window",
+    "outcome_window_s",
+    default=duration_text(WINDOWS.outcome_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="An outcome counts within this long after the offer (event time).",
 )
 @click.option(
-    "--edits-window-s",
-    default=WINDOWS.edits_ms / MS,
+    "--edits-window",
+    "edits_window_s",
+    default=duration_text(WINDOWS.edits_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="Edits count within this long after the outcome.",
 )
 @click.option(
-    "--tests-window-s",
-    default=WINDOWS.tests_ms / MS,
+    "--tests-window",
+    "tests_window_s",
+    default=duration_text(WINDOWS.tests_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="Test runs count within this long after the offer.",
 )
 @click.option(
-    "--allowed-lateness-s",
-    default=WINDOWS.allowed_lateness_ms / MS,
+    "--allowed-lateness",
+    "allowed_lateness_s",
+    default=duration_text(WINDOWS.allowed_lateness_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="Events older than their topic's watermark minus this go to the late DLQ.",
 )
 @click.option(
-    "--idle-s",
-    default=JOINER.idle_s,
+    "--idle-after",
+    "idle_s",
+    default=duration_text(JOINER.idle_s),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="A telemetry topic with nothing left to read that has not advanced for this long "
     "(wall clock) stops holding back attribution, which waits for the slowest topic otherwise.",
 )
@@ -104,47 +111,50 @@ def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
     help="A rollout group is complete with this many distinct trials...",
 )
 @click.option(
-    "--group-timeout-s",
-    default=GROUPS.timeout_ms / MS,
+    "--group-timeout",
+    "group_timeout_s",
+    default=duration_text(GROUPS.timeout_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0.001),
+    type=Duration(0.001),
     help="...or when its oldest trial is this much older than the newest (event time).",
 )
 @click.option(
-    "--app-id",
+    "--group",
     default="flywheel.joiner",
     show_default=True,
-    help="faust app id: the consumer group and the prefix of the state changelogs.",
+    help="Kafka consumer group (faust's app id): also the prefix of the state changelogs.",
+)
+@topic_option(
+    "Source topics, each of the kind its schema says: telemetry (the four telemetry.* "
+    "topics), served completions and their feedback (agent.completions, agent.feedback) or "
+    "rollouts (rollouts.results). A kind with no --topic reads its platform topics."
 )
 @click.option(
-    "--telemetry-topic",
-    "telemetry_topics",
-    multiple=True,
-    callback=_source_topics(dict(JOINER.topics), TELEMETRY_TOPICS),
-    metavar="TOPIC[=PLATFORM_TOPIC]",
-    help="Telemetry source topics (repeatable; all four by default). PLATFORM_TOPIC "
-    "names the schema of a copy under another name.",
-)
-@click.option(
-    "--completion-topic",
-    "completion_topics",
-    multiple=True,
-    callback=_source_topics(dict(JOINER.completion_topics), COMPLETION_TOPICS),
-    metavar="TOPIC[=PLATFORM_TOPIC]",
-    help="Served completions and their feedback (repeatable; agent.completions and "
-    "agent.feedback by default), joined per completion into agent_use@1 Rewards.",
-)
-@click.option(
-    "--feedback-window-s",
-    default=FEEDBACK.feedback_ms / MS,
+    "--feedback-window",
+    "feedback_window_s",
+    default=duration_text(FEEDBACK.feedback_ms / MS),
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=Duration(0),
     help="Feedback counts within this long after its completion (event time).",
 )
-@click.option("--rollouts-topic", default=JOINER.rollouts_topic, show_default=True)
-@click.option("--rewards-topic", default=JOINER.rewards_topic, show_default=True)
-@click.option("--dlq-late", default=JOINER.dlq_late, show_default=True)
-@click.option("--dlq-joiner", default=JOINER.dlq_joiner, show_default=True)
+@click.option(
+    "--rewards-topic",
+    default=JOINER.rewards_topic,
+    show_default=True,
+    help="Where the Rewards (and the rollouts' advantages) go.",
+)
+@click.option(
+    "--late-dlq-topic",
+    default=JOINER.dlq_late,
+    show_default=True,
+    help="Dead-letter topic for late events (behind their topic's watermark), with the reason.",
+)
+@click.option(
+    "--dlq-topic",
+    default=JOINER.dlq_joiner,
+    show_default=True,
+    help="Dead-letter topic for records that do not decode or validate, with the cause.",
+)
 @click.option(
     "--store",
     default=JOINER.store,
@@ -161,26 +171,21 @@ def _source_topics(default: dict[str, str], platform: tuple[str, ...]) -> Any:
     "are deterministic, so consumers dedupe by reward_id.",
 )
 @click.option(
-    "--session-timeout-s",
-    default=JOINER.session_timeout_s,
+    "--session-timeout",
+    "session_timeout_s",
+    default=duration_text(JOINER.session_timeout_s),
     show_default=True,
-    type=click.FloatRange(min=6),
+    type=Duration(6),
     help="Kafka group session timeout: how long a crashed worker's partitions wait.",
 )
 @click.option(
-    "--once-idle-s",
+    "--once-idle",
+    "once_idle_s",
     default=None,
-    type=click.FloatRange(min=0.1),
-    help="Stop after this many seconds without input (tests, demos).",
+    type=Duration(0.1),
+    help="Stop after this long without input (tests, demos). Default: run until stopped.",
 )
-@click.option("--status-every-s", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
-@click.option(
-    "--log-level",
-    default="warn",
-    show_default=True,
-    type=click.Choice(["crit", "error", "warn", "info", "debug"]),
-    help="faust's log level (with `flywheel --log-format json`, the global --log-level).",
-)
+@status_every_option(5.0)
 @metrics_options
 def process(
     reward_fns: tuple[str, ...],
@@ -191,20 +196,17 @@ def process(
     idle_s: float,
     group_size: int,
     group_timeout_s: float,
-    app_id: str,
-    telemetry_topics: dict[str, str],
-    completion_topics: dict[str, str],
+    group: str,
+    topics: dict[str, str | None],
     feedback_window_s: float,
-    rollouts_topic: str,
     rewards_topic: str,
-    dlq_late: str,
-    dlq_joiner: str,
+    late_dlq_topic: str,
+    dlq_topic: str,
     store: str,
     guarantee: str,
     session_timeout_s: float,
     once_idle_s: float | None,
     status_every_s: float,
-    log_level: str,
     metrics_port: int,
     metrics_host: str,
 ) -> None:
@@ -225,6 +227,7 @@ def process(
     from processors.rewards.functions import reward_functions
     from streams.security import faust_credentials
 
+    telemetry_topics, completion_topics, rollouts_topic = _sources(topics)
     settings = Settings.from_env()
     stats = JoinerStats()
     try:
@@ -241,8 +244,8 @@ def process(
             completion_topics=completion_topics,
             rollouts_topic=rollouts_topic,
             rewards_topic=rewards_topic,
-            dlq_late=dlq_late,
-            dlq_joiner=dlq_joiner,
+            dlq_late=late_dlq_topic,
+            dlq_joiner=dlq_topic,
             store=store,
             processing_guarantee=guarantee,
             session_timeout_s=session_timeout_s,
@@ -251,7 +254,7 @@ def process(
         )
         (settings.home / "joiner").mkdir(parents=True, exist_ok=True)
         app = build_app(
-            app_id,
+            group,
             settings.kafka_bootstrap,
             settings.registry_url,
             functions=functions,
@@ -280,8 +283,8 @@ def process(
     out.print(
         f"[green]process[/] {', '.join(telemetry_topics)} + {', '.join(completion_topics)} + "
         f"{rollouts_topic} -> {rewards_topic} "
-        f"(app {app_id}, {', '.join(reward_fns)}; late to {dlq_late}, dead letters to "
-        f"{dlq_joiner}){'' if once_idle_s is None else f'; stops after {once_idle_s:g} s idle'}"
+        f"(group {group}, {', '.join(reward_fns)}; late to {late_dlq_topic}, dead letters to "
+        f"{dlq_topic}){'' if once_idle_s is None else f'; stops after {once_idle_s:g} s idle'}"
         "; Ctrl-C to stop",
         soft_wrap=True,
     )
@@ -289,7 +292,7 @@ def process(
     # JSON logs keep the one `flywheel --log-format json` installed.
     worker = faust.Worker(
         app,
-        loglevel=log_level,
+        loglevel=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         quiet=True,
         redirect_stdouts=False,
         override_logging=not json_logging(),
@@ -307,7 +310,8 @@ def process(
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise click.ClickException(
-                f"the worker stopped with status {exc.code}; rerun with --log-level info"
+                f"the worker stopped with status {exc.code}; rerun as "
+                "`flywheel --log-level info process`"
             ) from exc
     finally:
         if metrics is not None:

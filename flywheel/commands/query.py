@@ -15,6 +15,7 @@ from analytics.output import FORMATS, Format, render_text, rich_table, write_fil
 from analytics.query import list_views, to_arrow
 from flywheel.console import out
 from flywheel.settings import Settings
+from flywheel.tables import Column, note, print_records
 
 
 def _read_sql(sql: str | None, sql_file: Path | None) -> str:
@@ -62,17 +63,23 @@ def _read_sql(sql: str | None, sql_file: Path | None) -> str:
 )
 @click.option("--views", "show_views", is_flag=True, help="List the views and their columns.")
 @click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="With --views: the views as one JSON array. (Query results: --format json.)",
+)
+@click.option(
     "--lake",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
 )
 @click.option(
-    "--max-rows",
+    "--limit",
     default=100,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Rows shown by --format table.",
+    help="Most rows shown by --format table (csv, json and parquet get every row).",
 )
 def query(
     sql: str | None,
@@ -80,8 +87,9 @@ def query(
     fmt: Format,
     out_path: Path | None,
     show_views: bool,
+    as_json: bool,
     lake: Path | None,
-    max_rows: int,
+    limit: int,
 ) -> None:
     """Run SQL against the lake's views and print the result.
 
@@ -96,8 +104,10 @@ def query(
     """
     catalog = Catalog(Settings.from_env().lake if lake is None else lake)
     if show_views:
-        _print_views(catalog)
+        _print_views(catalog, as_json)
         return
+    if as_json:
+        raise click.UsageError("--json lists --views; for query results use --format json")
     text = _read_sql(sql, sql_file)
     if fmt == "parquet" and out_path is None:
         raise click.UsageError("--format parquet needs --out PATH")
@@ -112,7 +122,7 @@ def query(
         write_file(result, fmt, out_path)
         click.echo(f"wrote {result.num_rows} rows to {out_path}", err=True)
     elif fmt == "table":
-        table = rich_table(result, max_rows)
+        table = rich_table(result, limit)
         # A terminal gets a table that fits it; a pipe or file gets every column at full width.
         console = out
         if not out.is_terminal:
@@ -123,15 +133,23 @@ def query(
         click.echo(render_text(result, fmt), nl=False)
 
 
-def _print_views(catalog: Catalog) -> None:
+VIEW_COLUMNS = (
+    Column("view"), Column("kind"), Column("description"),
+    Column("columns", text=lambda cols: ", ".join(f"{c['name']} {c['type']}" for c in cols)),
+)  # fmt: skip
+
+
+def _print_views(catalog: Catalog, as_json: bool) -> None:
     con = catalog.connect()
     try:
         views = list_views(con, catalog)
     finally:
         con.close()
-    for view in views:
-        out.print(f"[bold]{view.name}[/] [dim]({view.kind})[/] {escape(view.description)}")
-        columns = ", ".join(f"{name} [dim]{escape(kind)}[/]" for name, kind in view.columns)
-        out.print(f"  {columns}", highlight=False)
+    records = [
+        {"view": v.name, "kind": v.kind, "description": v.description,
+         "columns": [{"name": name, "type": kind} for name, kind in v.columns]}
+        for v in views
+    ]  # fmt: skip
+    print_records(records, VIEW_COLUMNS, as_json=as_json)
     for name, reason in catalog.skipped.items():
-        out.print(f"[yellow]{name}[/] (analyst) left out: {escape(reason)}")
+        note(f"[yellow]{name}[/] (analyst) left out: {escape(reason)}", as_json=as_json)

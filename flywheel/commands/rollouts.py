@@ -12,6 +12,7 @@ from contracts.advantages import DEFAULT_GROUP_SIZE
 from flywheel.console import err, out
 from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
+from flywheel.options import status_every_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC
@@ -50,20 +51,47 @@ DEFAULT_MODEL = "agent-lm"
     help="Sampling temperature of the trials (0: greedy). Near the greedy policy that the eval "
     "suite scores, a group's trials differ where its choices are close (docs/agent.md).",
 )
-@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True))
-@click.option("--max-new-tokens", default=24, show_default=True, type=click.IntRange(1, 4096))
-@click.option("--tasks-topic", default=AGENT_TASKS_TOPIC, show_default=True)
-@click.option("--rollouts-topic", default=ROLLOUTS_TOPIC, show_default=True)
+@click.option(
+    "--top-p",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Nucleus sampling: sample from the smallest token set with this much probability.",
+)
+@click.option(
+    "--max-tokens",
+    default=24,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="Most tokens generated per trial.",
+)
+@click.option(
+    "--tasks-topic",
+    default=AGENT_TASKS_TOPIC,
+    show_default=True,
+    help="Where the tasks come from (unless --from-pool).",
+)
+@click.option(
+    "--rollouts-topic",
+    default=ROLLOUTS_TOPIC,
+    show_default=True,
+    help="Where the RolloutResults go.",
+)
 @click.option(
     "--group",
     default="flywheel.rollouts",
     show_default=True,
-    help="Consumer group on the tasks topic (workers in one group share the tasks).",
+    help="Kafka consumer group on the tasks topic (workers in one group share the tasks).",
 )
 @click.option("--replica-id", default=None, help="Id in acks. Default: <hostname>-<pid>.")
-@click.option("--max-tasks", default=None, type=click.IntRange(1), help="Stop after this many.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--status-every-s", default=10.0, show_default=True, type=click.FloatRange(0.1))
+@click.option(
+    "--max-tasks",
+    default=None,
+    type=click.IntRange(1),
+    help="Stop after this many tasks. Default: run until stopped.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the sampling.")
+@status_every_option(10.0)
 @metrics_options
 def rollouts(
     model: str,
@@ -72,7 +100,7 @@ def rollouts(
     tasks_per_batch: int,
     temperature: float,
     top_p: float,
-    max_new_tokens: int,
+    max_tokens: int,
     tasks_topic: str,
     rollouts_topic: str,
     group: str,
@@ -123,7 +151,7 @@ def rollouts(
     worker = RolloutWorker(
         subscriber,
         ENVIRONMENTS,
-        sampling=SamplingParams(temperature, top_p, max_new_tokens),
+        sampling=SamplingParams(temperature, top_p, max_tokens),
         producer=f"rollouts/{replica_id}",
         seed=seed,
     )

@@ -22,6 +22,7 @@ import click
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
 from flywheel.metrics import metrics_endpoint, metrics_options
+from flywheel.options import status_every_option
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from model_registry.registry import ModelTopics
     from policies.policy import Policy
 
-DEFAULT_PORT = 8090
+DEFAULT_PORT = 8091  # `flywheel features serve` has 8090, the gateway 8088 (docs/cli.md)
 DEFAULT_MODEL = "suggestion-gate"
 DEFAULT_AGENT_MODEL = "agent-lm"
 
@@ -143,7 +144,13 @@ def report_status(
     help="This replica's id in acks and metrics. Default: <hostname>-<pid>.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--port",
+    default=DEFAULT_PORT,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="HTTP port (docs/cli.md lists every server's).",
+)
 @click.option(
     "--max-batch",
     default=None,
@@ -171,13 +178,7 @@ def report_status(
     help="agent: serve without API keys (local experiments only). Default: keys of "
     "`flywheel gateway add-key`.",
 )
-@click.option(
-    "--status-every-s",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0.1),
-    help="Seconds between status lines (version served, requests/s).",
-)
+@status_every_option(30.0)
 @metrics_options
 def serve(
     kind: str,

@@ -13,6 +13,7 @@ import yaml
 from flywheel.clients import telemetry_client
 from flywheel.console import err, out
 from flywheel.metrics import SimulatorCollector, metrics_endpoint, metrics_options
+from flywheel.options import Duration
 from flywheel.settings import Settings
 from ground.metrics import service_registry
 from simulator import (
@@ -61,14 +62,27 @@ def _status(report: RunReport) -> str:
     metavar="KEY=VALUE",
     help="Override one parameter, e.g. --set hidden_model.base_logit=-1.2 (repeatable).",
 )
-@click.option("--seed", type=int, help="Seed of every random draw (same seed, same events).")
-@click.option("--concurrency", type=int, help="Concurrent simulated sessions (interleaved).")
 @click.option(
-    "--requests", "n_requests", type=int, help="Stop after this many suggestion requests."
+    "--seed",
+    type=int,
+    help="Seed of every random draw (same seed, same events). Default: the config's.",
 )
-@click.option("--duration", "duration_s", type=float, help="Stop after this many seconds.")
 @click.option(
-    "--rate", "rate_per_s", type=float, help="Target requests/s; as fast as possible if unset."
+    "--concurrency",
+    type=int,
+    help="Concurrent simulated sessions (interleaved). Default: the config's.",
+)
+@click.option(
+    "--requests",
+    "n_requests",
+    type=int,
+    help="Stop after this many suggestion requests. Default: 10,000 unless --duration is given.",
+)
+@click.option(
+    "--duration", "duration_s", type=Duration(0), help="Stop after this long (90s, 5m, 24h)."
+)
+@click.option(
+    "--rate", "rate_per_s", type=float, help="Target requests/s. Default: as fast as possible."
 )
 @click.option(
     "--start-time",

@@ -10,6 +10,7 @@ import click
 from flywheel.console import err, out
 from flywheel.logs import ensure_logging
 from flywheel.metrics import SinkCollector, metrics_endpoint, metrics_options
+from flywheel.options import Duration, resolve_topics, status_every_option, topic_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.errors import FlywheelError
@@ -21,43 +22,36 @@ MIB = 1024 * 1024
 DEFAULT_TOPICS = tuple(TOPIC_VALUE_SCHEMAS)
 
 
-def _decode_as(
-    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> dict[str, str]:
-    mapping: dict[str, str] = {}
-    for value in values:
-        topic, sep, platform_topic = value.partition("=")
-        if not sep or not topic or platform_topic not in TOPIC_VALUE_SCHEMAS:
-            raise click.BadParameter(
-                f"{value!r}: write TOPIC=PLATFORM_TOPIC, PLATFORM_TOPIC one of "
-                f"{', '.join(TOPIC_VALUE_SCHEMAS)}"
-            )
-        mapping[topic] = platform_topic
-    return mapping
-
-
 @click.command()
-@click.option(
-    "--topics",
-    default=",".join(DEFAULT_TOPICS),
-    show_default=True,
-    help="Comma-separated topics to sink.",
-)
+@topic_option("Topics to sink. Default: every platform topic with events (not dlq.*).")
 @click.option(
     "--lake",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
 )
-@click.option("--group", default="flywheel.lake-sink", show_default=True, help="Consumer group.")
+@click.option(
+    "--group", default="flywheel.lake-sink", show_default=True, help="Kafka consumer group."
+)
 @click.option(
     "--instance-id",
     default=None,
     help="Static group membership id: a restarted sink gets its partitions back at once. "
     "Give each sink of one group its own. Default: <host name>-lake-sink.",
 )
-@click.option("--dlq-topic", default=dlq_topic("sink"), show_default=True)
-@click.option("--max-rows", default=50_000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--dlq-topic",
+    default=dlq_topic("sink"),
+    show_default=True,
+    help="Dead-letter topic: records that do not decode or validate, with the cause.",
+)
+@click.option(
+    "--max-rows",
+    default=50_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rotate a buffer (write its file) at this many rows.",
+)
 @click.option(
     "--max-mib",
     default=64.0,
@@ -66,10 +60,11 @@ def _decode_as(
     help="Rotate a buffer at this estimated in-memory size.",
 )
 @click.option(
-    "--max-age-s",
-    default=30.0,
+    "--max-age",
+    "max_age_s",
+    default="30s",
     show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
+    type=Duration(0, min_open=True),
     help="Rotate a buffer this long after its first record, so data becomes visible.",
 )
 @click.option(
@@ -86,18 +81,11 @@ def _decode_as(
     type=click.IntRange(min=1),
     help="Larger records are dead letters (cause oversized), never decoded.",
 )
-@click.option(
-    "--decode-as",
-    multiple=True,
-    metavar="TOPIC=PLATFORM_TOPIC",
-    callback=_decode_as,
-    help="Read TOPIC (a copy or mirror) with a platform topic's schema. Repeatable.",
-)
 @click.option("--once", is_flag=True, help="Sink what is there, then write, commit and exit.")
-@click.option("--status-every-s", default=5.0, show_default=True, type=click.FloatRange(min=0.1))
+@status_every_option(5.0)
 @metrics_options
 def sink(
-    topics: str,
+    topics: dict[str, str | None],
     lake: Path | None,
     group: str,
     instance_id: str | None,
@@ -107,7 +95,6 @@ def sink(
     max_age_s: float,
     memory_mib: float,
     max_record_bytes: int,
-    decode_as: dict[str, str],
     once: bool,
     status_every_s: float,
     metrics_port: int,
@@ -127,7 +114,9 @@ def sink(
     ensure_logging("sink")
     settings = Settings.from_env()
     lake_dir = (lake or settings.lake).absolute()
-    names = [t.strip() for t in topics.split(",") if t.strip()]
+    chosen = resolve_topics(topics, TOPIC_VALUE_SCHEMAS) if topics else {}
+    names = list(chosen) or list(DEFAULT_TOPICS)
+    decode_as = {name: schema for name, schema in chosen.items() if schema != name}
     try:
         limits = RotationLimits(max_rows, int(max_mib * MIB), max_age_s, int(memory_mib * MIB))
         codec = make_codec(settings)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
-from rich.table import Table
 
 from flywheel.console import err, out
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings, public_url
+from flywheel.tables import Column, json_option, note, print_records
 from streams.admin import TopicReport
 from streams.stack.local import LocalStack
 
@@ -70,8 +69,16 @@ def down() -> None:
     out.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
 
+STATUS_COLUMNS = (
+    Column("service"),
+    Column("running", "state", text=lambda r: "running" if r else "stopped",
+           styles={"running": "green", "stopped": "red"}),
+    Column("pid"), Column("address"), Column("version"), Column("log"),
+)  # fmt: skip
+
+
 @stack.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: services and state dir.")
+@json_option
 def status(as_json: bool) -> None:
     """Show what runs, where, which versions, and where the logs are.
 
@@ -80,30 +87,16 @@ def status(as_json: bool) -> None:
     """
     settings = Settings.from_env()
     if not settings.uses_local_stack:
-        _external_note(settings)
-        out.print(f"client configuration: {settings.masked_kafka_config()}")
+        if as_json:  # no service runs here: an empty list, the why on stderr
+            print_records([], STATUS_COLUMNS, as_json=True)
+        else:
+            _external_note(settings)
+        note(f"client configuration: {settings.masked_kafka_config()}", as_json=as_json)
         return
-    services = LocalStack(settings.home, settings.ports).status()
-    if as_json:
-        rows = [
-            {"service": s.name, "running": s.running, "pid": s.pid, "address": s.address,
-             "version": s.version, "log": str(s.log)}
-            for s in services
-        ]  # fmt: skip
-        click.echo(json.dumps({"services": rows, "state_directory": str(settings.home)}))
-        return
-    if not out.is_terminal:
-        click.echo("\t".join(("service", "state", "pid", "address", "version", "log")))
-        for s in services:
-            state = "running" if s.running else "stopped"
-            click.echo(
-                "\t".join((s.name, state, str(s.pid or "-"), s.address, s.version, str(s.log)))
-            )
-        click.echo(f"state directory: {settings.home}")
-        return
-    table = Table("service", "state", "pid", "address", "version", "log")
-    for s in services:
-        state = "[green]running[/]" if s.running else "[red]stopped[/]"
-        table.add_row(s.name, state, str(s.pid or "-"), s.address, s.version, str(s.log))
-    out.print(table)
-    out.print(f"state directory: {settings.home}")
+    records = [
+        {"service": s.name, "running": s.running, "pid": s.pid, "address": s.address,
+         "version": s.version, "log": str(s.log)}
+        for s in LocalStack(settings.home, settings.ports).status()
+    ]  # fmt: skip
+    print_records(records, STATUS_COLUMNS, as_json=as_json)
+    note(f"state directory: {settings.home}", as_json=as_json)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.table import Table
 
 from flywheel.commands.stack import print_topic_report
-from flywheel.console import out
 from flywheel.settings import Settings
+from flywheel.tables import Column, json_option, print_records
 from streams.admin import TopicAdmin
 from streams.topics import ALL_TOPICS
 
@@ -19,24 +18,32 @@ def topics() -> None:
     """Create and check the platform's topics."""
 
 
+COLUMNS = (
+    Column("topic"), Column("key"), Column("value"), Column("partitions"), Column("cleanup"),
+    Column("state", styles={"missing": "red", "drift": "yellow", "ok": "green"}),
+)  # fmt: skip
+
+
 @topics.command("list")
-def list_() -> None:
-    """Show each declared topic, its contract and whether it exists as declared."""
+@json_option
+def list_(as_json: bool) -> None:
+    """Show each declared topic, its contract and whether it exists as declared (state: ok,
+    drift or missing). One line per topic when piped; --json for scripts."""
     settings = Settings.from_env()
     admin = TopicAdmin(settings.kafka_client_config())
     present = admin.existing_partitions()
     drifted = {d.topic for d in admin.drift(ALL_TOPICS)}
-    table = Table("topic", "key", "value", "partitions", "cleanup", "state")
-    for spec in ALL_TOPICS:
-        state = (
-            "[red]missing[/]" if spec.name not in present
-            else "[yellow]drift[/]" if spec.name in drifted
-            else "[green]ok[/]"
-        )  # fmt: skip
-        table.add_row(
-            spec.name, spec.key, spec.value, str(spec.partitions), spec.cleanup_policy, state
-        )
-    out.print(table)
+    records = [
+        {
+            "topic": spec.name, "key": spec.key, "value": spec.value,
+            "partitions": spec.partitions, "cleanup": spec.cleanup_policy,
+            "state": "missing" if spec.name not in present
+            else "drift" if spec.name in drifted
+            else "ok",
+        }
+        for spec in ALL_TOPICS
+    ]  # fmt: skip
+    print_records(records, COLUMNS, as_json=as_json)
 
 
 @topics.command()

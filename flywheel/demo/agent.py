@@ -60,10 +60,10 @@ def agent_specs(model_name: str, versions: int, run_id: str, port: int) -> list[
     rollouts = [
         "rollouts", "--model", model_name, "--from-pool", "program-synthesis",
         "--group-size", str(DEFAULT_GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
-        "--status-every-s", "15",
+        "--status-every", "15s",
     ]  # fmt: skip
     serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port), "--no-auth",
-             "--replica-id", f"demo-{run_id}-agent", "--status-every-s", "15"]  # fmt: skip
+             "--replica-id", f"demo-{run_id}-agent", "--status-every", "15s"]  # fmt: skip
     users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
              "--rate", str(USERS_RATE_PER_S), "--name", f"demo-{run_id}-users"]  # fmt: skip
     threads = torch_threads_env()

@@ -153,17 +153,17 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
             "joiner",
             [
                 "process",
-                "--status-every-s",
-                "10",
-                "--allowed-lateness-s",
-                str(JOINER_LATENESS_S),
-                "--app-id",
+                "--status-every",
+                "10s",
+                "--allowed-lateness",
+                f"{JOINER_LATENESS_S}s",
+                "--group",
                 joiner_group(options),
-                "--feedback-window-s",
-                str(FEEDBACK_WINDOW_S),
+                "--feedback-window",
+                f"{FEEDBACK_WINDOW_S}s",
             ],
         ),
-        WorkerSpec("sink", ["sink", "--max-age-s", "2", "--status-every-s", "10"]),
+        WorkerSpec("sink", ["sink", "--max-age", "2s", "--status-every", "10s"]),
     ]
     agent = [warm_up_spec(options.agent_model)] if options.agent else []
     return [*shared, *(_tab_specs(options) if options.tab else []), *agent]
@@ -172,7 +172,7 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
 def _tab_specs(options: DemoOptions) -> list[WorkerSpec]:
     return [
         # Online features from the rewards, as FeatureUpdates (into the lake through the sink).
-        WorkerSpec("features", ["features", "run", "--status-every-s", "10"]),
+        WorkerSpec("features", ["features", "run", "--status-every", "10s"]),
         WorkerSpec(
             "learner",
             [

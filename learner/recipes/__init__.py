@@ -41,7 +41,7 @@ class RecipeRun:
     model_name: str | None  # --model; None: the recipe's (or its config's) model
     max_versions: int | None
     min_rows: int | None  # --min-rows: loop.min_new_rows
-    duration: str | None  # --duration: train.duration
+    duration: str | None  # --train-duration: train.duration
     paths: LearnerPaths
     kafka_config: Mapping[str, Any]
     codec: AvroCodec
@@ -79,7 +79,7 @@ RECIPES: Mapping[str, RecipeEntry] = MappingProxyType(
 
 def overridden(config: C, run: RecipeRun) -> C:
     """``config`` with the command's overrides, each where the config has the key: --model
-    (``model_name``), --min-rows (``loop.min_new_rows``), --duration (``train.duration``)."""
+    (``model_name``), --min-rows (``loop.min_new_rows``), --train-duration (``train.duration``)."""
     keys = {f.name for f in dataclasses.fields(config)}
     changes: dict[str, Any] = {}
     if run.model_name is not None and "model_name" in keys:

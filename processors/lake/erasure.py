@@ -257,7 +257,7 @@ def retain(
     ErasureError for days <= 0.
     """
     if days <= 0:
-        raise ErasureError(f"--days must be > 0, got {days}")
+        raise ErasureError(f"retention must be longer than 0 days, got {days}")
     cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
     report = RetentionReport()
     for table_dir in sorted(p for p in lake.iterdir() if p.is_dir()) if lake.is_dir() else []:

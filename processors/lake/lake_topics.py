@@ -49,7 +49,7 @@ def lake_topics(
             raise SinkConfigError(
                 f"topic {name!r} carries no platform event; sink one of "
                 f"{', '.join(TOPIC_VALUE_SCHEMAS)}, or map it to one with "
-                f"--decode-as {name}=<platform topic>"
+                f"--topic {name}=<platform topic>"
             )
         avro = load_schema(schema_name)
         field_names = tuple(f["name"] for f in avro["fields"])
@@ -60,5 +60,5 @@ def lake_topics(
             name, schema_topic, LakeColumns(avro), decoder, CODE_TEXT_FIELD in field_names
         )
     if not out:
-        raise SinkConfigError("no topics to sink; pass at least one with --topics")
+        raise SinkConfigError("no topics to sink; pass at least one with --topic")
     return out

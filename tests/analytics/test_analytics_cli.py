@@ -81,8 +81,18 @@ def test_sql_from_stdin_and_file(lake: Path, tmp_path: Path) -> None:
 def test_views_lists_views_and_columns(lake: Path) -> None:
     result = run(lake, "--views")
     assert result.exit_code == 0, result.output
-    for text in ("telemetry_suggestions", "acceptance_by_version", "accept_rate", "(analyst)"):
-        assert text in result.output
+    lines = result.stdout.splitlines()  # CliRunner is no terminal: one view per line
+    assert lines[0].split("\t") == ["view", "kind", "description", "columns"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert rows["acceptance_by_version"][1] == "analyst"
+    assert "accept_rate" in rows["acceptance_by_version"][3]
+    assert rows["telemetry_suggestions"][1] == "topic"
+    assert all(len(row) == 4 for row in rows.values())
+    views = json.loads(run(lake, "--views", "--json").stdout)
+    assert {v["view"] for v in views} == set(rows)
+    by_name = {v["view"]: v for v in views}
+    assert {"name": "accept_rate", "type": "DOUBLE"} in by_name["acceptance_by_version"]["columns"]
+    assert run(lake, "--json", "select 1").exit_code == 2  # results: --format json
 
 
 def test_bad_sql_exits_1_with_the_position_and_no_traceback(lake: Path) -> None:

@@ -36,7 +36,8 @@ def test_get_offline_from_a_lake_and_bad_input(tmp_path: Path) -> None:
     assert "user.accept_rate_24h" in got.output and "0.5" in got.output
     composite = ["get", "model_version", "suggestion-gate@1", "--offline", "--lake", str(tmp_path),
                  "--as-of", "2026-01-01T00:00:00.001Z"]  # fmt: skip
-    assert "│ 0.25  │ 2" in runner.invoke(features, composite, terminal_width=200).output
+    result = runner.invoke(features, composite, terminal_width=200)
+    assert "model_version.reward_mean_1h\t0.25\t2\n" in result.stdout  # piped: a line each
     unknown = runner.invoke(features, ["get", "team", "x", "--offline", "--lake", str(tmp_path)])
     assert unknown.exit_code != 0 and "unknown entity type 'team'" in str(unknown.exception)
     down = runner.invoke(features, ["get", "user", "u", "--url", "http://127.0.0.1:9"])

@@ -93,8 +93,12 @@ def test_stack_status_piped_prints_whole_values(tmp_path: Path) -> None:
     assert "http://127.0.0.1:18081/apis/ccompat/v7" in result.output
     assert str(home / "stack" / "logs") in result.output
     assert "…" not in result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split("\t") == ["service", "state", "pid", "address", "version", "log"]
+    assert len(lines) == 3 and all(len(line.split("\t")) == 6 for line in lines)
+    assert f"state directory: {home}" in result.stderr  # stdout holds only the records
     result = CliRunner().invoke(cli, ["stack", "status", "--json"], env=env)
-    status = json.loads(result.output)
-    registry = next(s for s in status["services"] if s["service"] == "registry")
+    services = json.loads(result.stdout)
+    registry = next(s for s in services if s["service"] == "registry")
     assert registry["address"] == "http://127.0.0.1:18081/apis/ccompat/v7"
-    assert registry["running"] is False and status["state_directory"] == str(home)
+    assert registry["running"] is False and registry["log"].startswith(str(home))

@@ -32,8 +32,8 @@ def test_the_loop_trains_checks_publishes_and_serves_a_version(
 ) -> None:
     lake = tmp_path / "lake"
     model = f"{MODEL}-{uuid.uuid4().hex[:8]}"
-    args = ["demo", "--loop", "tab", "--versions", "2", "--budget-min", "9", "--model", model,
-            "--learner-arg=--min-rows=2500", "--learner-arg=--duration=10ep"]  # fmt: skip
+    args = ["demo", "--loop", "tab", "--versions", "2", "--budget", "9m", "--model", model,
+            "--learner-arg=--min-rows=2500", "--learner-arg=--train-duration=10ep"]  # fmt: skip
     result = CliRunner().invoke(cli, args, env={"FLYWHEEL_LAKE": str(lake)})
     assert result.exit_code == 0, result.output
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -96,9 +97,23 @@ def test_public_url_drops_user_info() -> None:
 
 
 def test_the_command_exits_1_prints_fixes_and_no_secret(unreachable_env: dict[str, str]) -> None:
-    result = CliRunner().invoke(doctor, ["--timeout-s", "1"], env=unreachable_env)
+    result = CliRunner().invoke(doctor, ["--timeout", "1s"], env=unreachable_env)
     assert result.exit_code == 1, result.output
-    assert "fix:" in result.output
+    lines = result.output.splitlines()  # CliRunner is no terminal: one check per line
+    assert lines[0].split("\t") == ["check", "ok", "detail", "fix"]
+    failed = [line.split("\t") for line in lines[1:] if "\tFAIL\t" in line]
+    fixes = {check: fix for check, _, _, fix in failed}
+    assert len(failed) == 4 and fixes["kafka"] != "-" and fixes["registry"] != "-"
     assert "2 passed, 4 failed" in result.output  # config and the sandbox pass
     for secret in SECRETS:
         assert secret not in result.output
+
+
+def test_the_command_prints_json_records(unreachable_env: dict[str, str]) -> None:
+    result = CliRunner().invoke(doctor, ["--timeout", "1s", "--json"], env=unreachable_env)
+    assert result.exit_code == 1
+    records = json.loads(result.stdout)
+    assert [r["check"] for r in records][:1] == ["config"] and len(records) == 6
+    failed = {r["check"]: r for r in records if not r["ok"]}
+    assert len(failed) == 4 and failed["kafka"]["fix"] and failed["topics"]["fix"] is None
+    assert "2 passed, 4 failed" in result.stderr

@@ -90,16 +90,16 @@ def services(
 ) -> Iterator[tuple[dict[str, int], dict[str, Path]]]:
     ports = {"sink": free_port(), "features": free_port()}
     logs = {name: tmp_path / f"{name}.log" for name in ports}
-    common = ["--status-every-s", "0.3", "--metrics-host", "127.0.0.1", "--metrics-port"]
+    common = ["--status-every", "300ms", "--metrics-host", "127.0.0.1", "--metrics-port"]
     sink = start(
-        ["sink", "--topics", source, "--decode-as", f"{source}=rewards",
+        ["sink", "--topic", f"{source}=rewards",
          "--lake", str(tmp_path / "lake"), "--group", f"{unique}.sink",
-         "--dlq-topic", f"{unique}.dlq-s", "--max-age-s", "1", *common, str(ports["sink"])],
+         "--dlq-topic", f"{unique}.dlq-s", "--max-age", "1s", *common, str(ports["sink"])],
         logs["sink"],
     )  # fmt: skip
     features = start(
-        ["features", "run", "--topics", f"{source}=rewards", "--updates-topic",
-         f"{unique}.updates", "--dlq-topic", f"{unique}.dlq-f", "--flush-every-s", "0.2",
+        ["features", "run", "--topic", f"{source}=rewards", "--updates-topic",
+         f"{unique}.updates", "--dlq-topic", f"{unique}.dlq-f", "--flush-every", "200ms",
          *common, str(ports["features"])],
         logs["features"],
     )  # fmt: skip

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,11 @@ def test_models_commands_have_help(args: list[str]) -> None:
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
     assert "--model" in result.output or args == ["models", "--help"]
+
+
+def run_split(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["models", *args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.fixture
@@ -57,11 +64,27 @@ def test_list_show_promote_canary_rollback(stack: Settings, model: str, tmp_path
 
     assert model in registry.model_names()
     code, output = run("list")  # no --model: every registered model, this one among them
-    assert code == 0 and f"{model} versions" in output, output
-    code, output = run("list", "--model", model)
-    assert code == 0, output
-    assert "GATE_PASSED" in output and "REGISTERED" in output and "0.31 [0.27]" in output
-    assert "production: v0 (the fallback" in output
+    assert code == 0 and f"{model}\t1\t" in output, output
+    code, stdout, stderr = run_split("list", "--model", model)
+    assert code == 0, stdout
+    header, *rows = [line.split("\t") for line in stdout.splitlines()]  # no terminal: a line each
+    assert header == ["model", "v", "parent", "state", "DR [lower]", "registered", "channels",
+                      "reason"]  # fmt: skip
+    assert [r[1] for r in rows] == ["1", "2"] and all(len(r) == len(header) for r in rows)
+    assert (
+        rows[1][3] == "GATE_PASSED" and rows[1][4] == "0.31 [0.27]" and rows[0][3] == "REGISTERED"
+    )
+    assert datetime.fromisoformat(rows[0][5]).utcoffset() == timedelta(0)  # year and zone
+    assert "production: v0 (the fallback" in stderr  # stdout holds only the records
+    code, stdout, _ = run_split("list", "--model", model, "--json")
+    records = json.loads(stdout)
+    assert [(r["model"], r["version"], r["kind"]) for r in records] == [
+        (model, 1, "gate"), (model, 2, "gate"),
+    ]  # fmt: skip
+    assert records[1]["dr"] == [0.31, 0.27] and records[1]["parent"] == 1
+
+    code, stdout, stderr = run_split("show", "2")  # no --model: the model registered last
+    assert code == 0 and f"model {model} (the most recently registered" in stderr, stderr
 
     code, output = run("promote", "1", "--model", model)
     assert code == 0 and f"{model}: production → v1 (was v0)" in output
@@ -80,6 +103,24 @@ def test_list_show_promote_canary_rollback(stack: Settings, model: str, tmp_path
     assert code == 0 and "production → v1 (rolled back from v2)" in output
     assert registry.channels(model)[Channel.PRODUCTION].version == 1
     assert registry.version(model, 2).latest.reason == "latency"
+
+
+@pytest.mark.integration
+def test_an_agent_model_lists_its_own_columns(stack: Settings, model: str, tmp_path: Path) -> None:
+    registry = ModelRegistry(stack.kafka_client_config(), codec(stack))
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "model.json").write_text("1")
+    ref = publish_artifact(tmp_path / "models", model, 1, source)
+    registry.register(model, ref, parent_version=None, reward_fn="sft@1",
+                      metrics={"eval_pass_at_1": 0.25})  # fmt: skip
+    code, stdout, _ = run_split("list", "--model", model)
+    assert code == 0, stdout
+    header, row = [line.split("\t") for line in stdout.splitlines()]
+    assert "DR [lower]" not in header and "pass@1" in header  # no gate-only column
+    assert row[header.index("pass@1")] == "25.0%"
+    (record,) = json.loads(run_split("list", "--model", model, "--json")[1])
+    assert record["kind"] == "agent" and record["pass_at_1"] == 0.25 and "dr" not in record
 
 
 @pytest.mark.integration

@@ -133,7 +133,7 @@ def test_the_command_serves_until_sigterm(stack: Settings, unique: str) -> None:
     name is unique, so it reads the platform's channels but has nothing to load or ack."""
     port = free_port()
     command = [sys.executable, "-m", "flywheel", "serve", "--model", unique, "--port", str(port)]
-    command += ["--status-every-s", "0.5"]
+    command += ["--status-every", "500ms"]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy()
     )

@@ -128,15 +128,15 @@ def test_events_resent_after_lost_acks_count_once_in_lake_views_and_rewards(
 
     lake = tmp_path / "lake"
     joiner = _flywheel(
-        "process", "--app-id", f"{unique}.joiner", "--rewards-topic", rewards,
-        "--dlq-late", dlq_late, "--dlq-joiner", dlq_joiner, "--outcome-window-s", "2",
-        "--edits-window-s", "2", "--tests-window-s", "2", "--allowed-lateness-s", "1",
-        "--idle-s", "0", "--status-every-s", "1", log=tmp_path / "joiner.log",
+        "process", "--group", f"{unique}.joiner", "--rewards-topic", rewards,
+        "--late-dlq-topic", dlq_late, "--dlq-topic", dlq_joiner, "--outcome-window", "2s",
+        "--edits-window", "2s", "--tests-window", "2s", "--allowed-lateness", "1s",
+        "--idle-after", "0", "--status-every", "1s", log=tmp_path / "joiner.log",
     )  # fmt: skip
     sink = _flywheel(
-        "sink", "--topics", ",".join(LAKE_TOPICS), "--lake", str(lake), "--group",
+        "sink", "--topic", ",".join(LAKE_TOPICS), "--lake", str(lake), "--group",
         f"{unique}.sink", "--instance-id", f"{unique}.sink-0", "--dlq-topic", dlq_joiner,
-        "--max-age-s", "1", log=tmp_path / "sink.log",
+        "--max-age", "1s", log=tmp_path / "sink.log",
     )  # fmt: skip
     try:
         time.sleep(5)  # both have joined their groups

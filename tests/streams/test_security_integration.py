@@ -271,7 +271,7 @@ def test_secrets_stay_out_of_settings_and_doctor(
     assert not kafka.ok and "FLYWHEEL_KAFKA_SASL_PASSWORD" in kafka.fix
     assert "refused the login" in kafka.detail
     assert wrong not in kafka.detail + kafka.fix
-    result = CliRunner().invoke(doctor, ["--check", "kafka", "--timeout-s", "3"], env=env)
+    result = CliRunner().invoke(doctor, ["--check", "kafka", "--timeout", "3s"], env=env)
     assert result.exit_code == 1, result.output
     assert "FAIL" in result.output and wrong not in result.output
     good = {**sasl.env(SVC, stack.registry_url), "FLYWHEEL_HOME": str(tmp_path)}

@@ -29,7 +29,7 @@ from schemas.events import (
 )
 from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
-from streams.topics import COMPLETION_TOPICS, TELEMETRY_TOPICS, TopicSpec
+from streams.topics import COMPLETION_TOPICS, ROLLOUTS_TOPIC, TELEMETRY_TOPICS, TopicSpec
 from tests.sample_events import PRODUCER, offered
 
 pytestmark = pytest.mark.integration
@@ -60,13 +60,11 @@ class Topics:
 
     def args(self) -> list[str]:
         out: list[str] = []
-        for name, platform in self.telemetry.items():
-            out += ["--telemetry-topic", f"{name}={platform}"]
-        for name, platform in self.served.items():
-            out += ["--completion-topic", f"{name}={platform}"]
+        for name, platform in {**self.telemetry, **self.served}.items():
+            out += ["--topic", f"{name}={platform}"]
         return [
-            *out, "--rollouts-topic", self.rollouts, "--rewards-topic", self.rewards,
-            "--dlq-late", self.dlq_late, "--dlq-joiner", self.dlq_joiner,
+            *out, "--topic", f"{self.rollouts}={ROLLOUTS_TOPIC}", "--rewards-topic", self.rewards,
+            "--late-dlq-topic", self.dlq_late, "--dlq-topic", self.dlq_joiner,
         ]  # fmt: skip
 
 
@@ -83,11 +81,11 @@ class Worker:
 
     def __init__(self, settings: Settings, topics: Topics, app_id: str, log: Path) -> None:
         self.cmd = [
-            sys.executable, "-m", "flywheel", "process", *topics.args(), "--app-id", app_id,
-            "--outcome-window-s", "2", "--edits-window-s", "2", "--tests-window-s", "2",
-            "--feedback-window-s", "2",
-            "--allowed-lateness-s", "1", "--group-size", "3", "--session-timeout-s", "6",
-            "--status-every-s", "1", "--once-idle-s", "60", "--idle-s", "0",
+            sys.executable, "-m", "flywheel", "process", *topics.args(), "--group", app_id,
+            "--outcome-window", "2s", "--edits-window", "2s", "--tests-window", "2s",
+            "--feedback-window", "2s",
+            "--allowed-lateness", "1s", "--group-size", "3", "--session-timeout", "6s",
+            "--status-every", "1s", "--once-idle", "60s", "--idle-after", "0",
         ]  # fmt: skip
         self.logs = log
         self.starts = 0
@@ -251,7 +249,7 @@ def sessions(n: int) -> tuple[list[Event], dict[str, float]]:
 
 def tick(session: str, after_s: float = 60) -> SuggestionOutcome:
     """An outcome (of no known offer) far in the future on the session's partition: moves the
-    outcomes topic's watermark on; with `--idle-s 0` the other inputs do not hold it back."""
+    outcomes topic's watermark on; with `--idle-after 0` the other inputs do not hold it back."""
     return SuggestionOutcome(
         producer=PRODUCER, event_time=T0 + timedelta(seconds=after_s),
         suggestion_id=str(uuid.uuid4()), session_id=session, outcome=Outcome.REJECTED,

@@ -44,10 +44,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 def sink_command(topic: str, lake: Path, dlq: str, *, once: bool = False) -> list[str]:
     return [
-        sys.executable, "-m", "flywheel", "sink", "--topics", topic, "--lake", str(lake),
-        "--decode-as", f"{topic}={SUGGESTIONS_TOPIC}", "--group", f"{topic}.sink",
+        sys.executable, "-m", "flywheel", "sink", "--topic", f"{topic}={SUGGESTIONS_TOPIC}",
+        "--lake", str(lake), "--group", f"{topic}.sink",
         "--instance-id", f"{topic}.sink-1", "--dlq-topic", dlq, "--max-rows", "60",
-        "--max-age-s", "0.3", "--status-every-s", "1", *(["--once"] if once else []),
+        "--max-age", "300ms", "--status-every", "1s", *(["--once"] if once else []),
     ]  # fmt: skip
 
 

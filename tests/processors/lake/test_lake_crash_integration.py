@@ -76,10 +76,10 @@ class LakeWatcher(threading.Thread):
 
 def sink_command(topic: str, lake: Path, dlq: str, *, once: bool = False) -> list[str]:
     return [
-        sys.executable, "-m", "flywheel", "sink", "--topics", topic, "--lake", str(lake),
-        "--decode-as", f"{topic}=telemetry.suggestions", "--group", f"{topic}.sink",
+        sys.executable, "-m", "flywheel", "sink", "--topic", f"{topic}=telemetry.suggestions",
+        "--lake", str(lake), "--group", f"{topic}.sink",
         "--instance-id", f"{topic}.sink-1", "--dlq-topic", dlq, "--max-rows", "1500",
-        "--max-age-s", "0.3", "--status-every-s", "1", *(["--once"] if once else []),
+        "--max-age", "300ms", "--status-every", "1s", *(["--once"] if once else []),
     ]  # fmt: skip
 
 
@@ -169,7 +169,7 @@ def test_sigterm_writes_the_buffers_and_commits_before_exiting(
     ends = last_offsets(produce(stack, items), topic)
     lake = tmp_path / "lake"
     command = sink_command(topic, lake, dlq)
-    command[command.index("--max-age-s") + 1] = "600"  # nothing becomes a file by age
+    command[command.index("--max-age") + 1] = "10m"  # nothing becomes a file by age
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

@@ -140,7 +140,7 @@ def test_joiner_replicas_share_one_group_and_the_learner_can_reserve_a_gpu() -> 
     joiner = services["joiner"]
     assert joiner["deploy"]["replicas"] == 2
     command = joiner["command"]
-    assert command[command.index("--app-id") + 1] == "flywheel.joiner"
+    assert command[command.index("--group") + 1] == "flywheel.joiner"
     gpu = services["learner-gpu"]
     assert gpu["profiles"] == ["gpu"]  # a reservation fails on hosts without one: opt in
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 MODEL = "agent-poison-test"
 CONTEXT = 256  # the serving replica's context: prompt + max_tokens never exceed it
-ROLLOUT_BUDGET = 4096  # `flywheel rollouts --max-new-tokens`' largest value
+ROLLOUT_BUDGET = 4096  # `flywheel rollouts --max-tokens`' largest value
 GROUPS = 6  # of 3 trials (the test joiner's group size)
 
 
