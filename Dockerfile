@@ -53,6 +53,7 @@ COPY feature_store ./feature_store
 COPY policies ./policies
 COPY environments ./environments
 COPY model_registry ./model_registry
+COPY codeindex ./codeindex
 COPY learner ./learner
 COPY fleet ./fleet
 COPY simulator ./simulator
