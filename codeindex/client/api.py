@@ -110,9 +110,9 @@ class IndexClient:
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/status")
 
-    def erase(self) -> None:
+    def erase(self) -> dict[str, Any]:
         """`DELETE` the workspace on the server (its files, and embeddings no other holds)."""
-        self._call("DELETE", "")
+        return self._call("DELETE", "")
 
     @staticmethod
     def encode(body: object) -> bytes:

@@ -3,7 +3,8 @@
 `$XDG_STATE_HOME/flywheel/index/<sha256(absolute workspace path)[:16]>/` (XDG_STATE_HOME
 defaults to `~/.local/state`): `state.json` (workspace id, server URL, last synced root, the
 embedder), `key` (the obfuscation key, mode 0600) and `chunks.json` (the chunk cache:
-codeindex/client/cache.py). Nothing here is ever uploaded.
+codeindex/client/cache.py). Nothing here is ever uploaded: a workspace holding this folder (a
+sync of the home folder) walks around it.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def build_local_index(
 ) -> LocalIndex:
     """Walk `workspace` and build its Merkle tree of obfuscated paths. Files whose size and
     mtime match the chunk cache are not read; the cache is updated in `store`."""
-    walk = walk_workspace(workspace, max_file_size)
+    walk = walk_workspace(workspace, max_file_size, skip=[store.dir.parent])
     cache = ChunkCache.load(store.cache_file, max_lines)
     obfuscator = store.obfuscator()
     tree = Tree()

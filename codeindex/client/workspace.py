@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +38,12 @@ class Walk:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-def walk_workspace(root: Path, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> Walk:
+def walk_workspace(
+    root: Path, max_file_size: int = DEFAULT_MAX_FILE_SIZE, skip: Iterable[Path] = ()
+) -> Walk:
     """Every regular file under `root` that no .gitignore (at any depth) ignores, outside
-    `.git/`, at most `max_file_size` bytes.
+    `.git/` and the folders `skip` (the client's own state, should it lie inside), at most
+    `max_file_size` bytes.
 
     A symlink to a file inside the workspace is indexed at the link's path; symlinks leading
     outside the workspace and symlinked folders are not followed (the folder's own files are
@@ -47,11 +51,15 @@ def walk_workspace(root: Path, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> Wa
     skipped and counted.
     """
     root = root.resolve()
+    skipped = {str(p.resolve()) for p in skip}
     walk = Walk()
     stack: list[tuple[str, Ignores]] = [("", Ignores())]
     while stack:
         rel_dir, ignores = stack.pop()
         folder = root / rel_dir if rel_dir else root
+        if str(folder) in skipped:
+            walk.skipped["the index's own state"] += 1
+            continue
         try:
             with os.scandir(folder) as scan:
                 entries = sorted(scan, key=lambda e: e.name)

@@ -125,3 +125,11 @@ def test_binary_and_non_utf8_files_read_as_none(tmp_path: Path) -> None:
     assert read_text(binary) is None
     assert read_text(latin) is None
     assert read_text(text) == "print('é')\n"
+
+
+def test_the_walk_skips_the_index_state_inside_the_workspace(tmp_path: Path) -> None:
+    _write(tmp_path, "code.py")
+    _write(tmp_path, ".local/state/flywheel/index/abc/key", "00" * 32)
+    _write(tmp_path, ".local/other.txt")
+    walk = walk_workspace(tmp_path, skip=[tmp_path / ".local/state/flywheel/index"])
+    assert [f.rel for f in walk.files] == ["code.py", ".local/other.txt"]

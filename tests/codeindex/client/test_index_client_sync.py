@@ -237,3 +237,16 @@ def test_search_maps_results_back_and_drops_stale_ones(ws: Path, server: IndexDo
 def test_search_needs_a_synced_workspace(ws: Path) -> None:
     with pytest.raises(IndexClientError, match="flywheel index sync"):
         search(ws, URL, None, "q", state_root=ws.parent / "state")
+
+
+def test_the_key_never_leaves_even_with_the_state_inside_the_workspace(
+    ws: Path, server: IndexDouble
+) -> None:
+    make_workspace(ws, 3)
+    state = ws / ".state"
+    sync(ws, URL, "k", state_root=state, transport=server.transport())
+    (ws / "new.py").write_text("y = 2\n")  # the second sync sends something
+    again = sync(ws, URL, "k", state_root=state, transport=server.transport())
+    key = WorkspaceState(ws, state).key_file.read_text().strip()
+    assert again.skipped["the index's own state"] == 1 and again.files_sent == 1
+    assert all(key.encode() not in body for _, _, body in server.requests)
