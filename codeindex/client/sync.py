@@ -1,7 +1,8 @@
 """Syncing a workspace with the index server (docs/index.md, "The sync protocol").
 
-1. Build the local Merkle tree: walk, cut each file into chunks (cached by size and mtime, so
-   an unchanged file is not read), obfuscate its path, hash.
+1. Walk the workspace and cut each file into chunks (cached by size and mtime, so an unchanged
+   file is not read); build the Merkle tree of obfuscated paths (not even that when no file
+   changed: the cache keeps the root its files make).
 2. Send the root; equal roots end the sync (one request, one hash).
 3. Otherwise descend level by level, asking for the children of only the folders whose hashes
    differ (one request per level), and collect the files to send and the paths to delete.
@@ -15,6 +16,7 @@ what steps 4-5 would send.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,6 +29,7 @@ from codeindex.client.api import IndexClient, IndexServerError
 from codeindex.client.cache import CachedFile, ChunkCache
 from codeindex.client.chunking import DEFAULT_MAX_LINES, chunk_file, lines_text, split_lines
 from codeindex.client.errors import IndexClientError
+from codeindex.client.obfuscation import PathObfuscator
 from codeindex.client.state import WorkspaceState
 from codeindex.client.workspace import DEFAULT_MAX_FILE_SIZE, Walk, read_text, walk_workspace
 from codeindex.protocol import ROOT, FileEntry, Tree, chunk_hash, diff_children
@@ -43,16 +46,55 @@ def _no_progress(phase: str, done: int, total: int) -> None:
     return None
 
 
-@dataclass
 class LocalIndex:
-    """The workspace's tree and the way back from obfuscated paths to its own."""
+    """The workspace as the sync sees it: each file's chunk refs (from the cache or read
+    now), and, built only when needed, its Merkle tree and the way back from obfuscated paths.
+    """
 
-    tree: Tree
-    # obfuscated path -> workspace-relative path: files, folders, and files of the last sync
-    # that are gone (so a dry run can name what it would delete)
-    real: dict[str, str]
-    walk: Walk
-    files_read: int
+    def __init__(
+        self,
+        files: list[tuple[str, CachedFile]],
+        obfuscator: PathObfuscator,
+        walk: Walk,
+        files_read: int,
+        gone: Iterable[str],
+        cached_root: str | None,
+    ) -> None:
+        self._files = [(rel, entry) for rel, entry in files if entry.chunks]
+        self._obfuscator = obfuscator
+        self._gone = list(gone)
+        self._cached_root = cached_root
+        self.walk = walk
+        self.files_read = files_read
+        self.chunks = sum(len(entry.chunks or ()) for _, entry in self._files)
+
+    @property
+    def files(self) -> int:
+        return len(self._files)
+
+    @property
+    def root(self) -> str:
+        """The tree's root hash; with every file unchanged since the last walk, the cached
+        one (the tree is then never built)."""
+        return self._cached_root or self.tree.root
+
+    @functools.cached_property
+    def tree(self) -> Tree:
+        tree = Tree()
+        for rel, entry in self._files:
+            tree.upsert(FileEntry.of(self._obfuscator.path(rel), entry.refs()))
+        return tree
+
+    @functools.cached_property
+    def real(self) -> dict[str, str]:
+        """Obfuscated path -> workspace-relative path: files, their folders, and the files of
+        the last walk that are gone (so a dry run can name what it would delete)."""
+        real = self._obfuscator.path_map([rel for rel, _ in self._files] + self._gone)
+        for path, rel in list(real.items()):
+            while "/" in path:
+                path, rel = path.rsplit("/", 1)[0], rel.rsplit("/", 1)[0]
+                real[path] = rel
+        return real
 
 
 def build_local_index(
@@ -63,40 +105,31 @@ def build_local_index(
     max_lines: int = DEFAULT_MAX_LINES,
     progress: Progress = _no_progress,
 ) -> LocalIndex:
-    """Walk `workspace` and build its Merkle tree of obfuscated paths. Files whose size and
-    mtime match the chunk cache are not read; the cache is updated in `store`."""
+    """Walk `workspace` and cut the files whose size or mtime changed since the chunk cache
+    saw them (the others are not read); update the cache in `store`."""
     walk = walk_workspace(workspace, max_file_size, skip=[store.dir.parent])
-    cache = ChunkCache.load(store.cache_file, max_lines)
     obfuscator = store.obfuscator()
-    tree = Tree()
-    real: dict[str, str] = {}
+    cache = ChunkCache.load(store.cache_file, max_lines, obfuscator.key_id)
+    files: list[tuple[str, CachedFile]] = []
     files_read = 0
     total = len(walk.files)
     for done, file in enumerate(walk.files, 1):
         entry = cache.get(file.rel, file.size, file.mtime_ns)
         if entry is None:
-            entry = _cut(file.path, file.rel, file.size, file.mtime_ns, max_lines)
+            entry = _cut(workspace / file.rel, file.rel, file.size, file.mtime_ns, max_lines)
             cache.put(file.rel, entry)
             files_read += 1
         if entry.chunks is None:
             walk.skipped["not UTF-8 text"] += 1
         elif not entry.chunks:
             walk.skipped["blank"] += 1
-        else:
-            path = obfuscator.path(file.rel)
-            tree.upsert(FileEntry.of(path, entry.chunks))
-            real[path] = file.rel
+        files.append((file.rel, entry))
         progress("read", done, total)
-    # Files of the last sync that are gone: a dry run names what it would delete by them.
     gone = set(cache.paths()).difference(f.rel for f in walk.files)
     cache.retain(f.rel for f in walk.files)
-    cache.save(store.cache_file)
-    real.update(obfuscator.path_map(gone))
-    for path, rel in list(real.items()):  # the folders too: a delete may name one
-        while "/" in path:
-            path, rel = path.rsplit("/", 1)[0], rel.rsplit("/", 1)[0]
-            real[path] = rel
-    return LocalIndex(tree, real, walk, files_read)
+    local = LocalIndex(files, obfuscator, walk, files_read, gone, cache.root)
+    cache.save(store.cache_file, local.root)
+    return local
 
 
 def _cut(path: Path, rel: str, size: int, mtime_ns: int, max_lines: int) -> CachedFile:
@@ -105,8 +138,8 @@ def _cut(path: Path, rel: str, size: int, mtime_ns: int, max_lines: int) -> Cach
     except OSError:
         text = None  # gone or unreadable since the walk: skipped like a binary file
     if text is None:
-        return CachedFile(size, mtime_ns, None)
-    return CachedFile(size, mtime_ns, tuple(c.ref() for c in chunk_file(rel, text, max_lines)))
+        return CachedFile.of(size, mtime_ns, None)
+    return CachedFile.of(size, mtime_ns, (c.ref() for c in chunk_file(rel, text, max_lines)))
 
 
 @dataclass
@@ -159,22 +192,22 @@ def sync(
     local = build_local_index(
         workspace, store, max_file_size=max_file_size, max_lines=max_lines, progress=progress
     )
-    tree = local.tree
+    root = local.root
     report = SyncReport(
         workspace=str(store.workspace),
         workspace_id=state.workspace_id,
-        root=tree.root,
-        files=len(tree.files),
-        chunks=sum(len(e.chunks) for e in tree.files.values()),
+        root=root,
+        files=local.files,
+        chunks=local.chunks,
         files_read=local.files_read,
         skipped=dict(sorted(local.walk.skipped.items())),
         dry_run=dry_run,
     )
     with IndexClient(url, api_key, state.workspace_id, transport=transport) as client:
-        answer = client.root(tree.root)
+        answer = client.root(root)
         report.in_sync = answer["in_sync"]
         if not report.in_sync:
-            upserts, deletes = descend(tree, client)
+            upserts, deletes = descend(local.tree, client)
             report.files_sent, report.deletes = len(upserts), len(deletes)
             if dry_run:
                 report.would_send = [local.real[e.path] for e in upserts]
@@ -184,17 +217,17 @@ def sync(
                 report.chunks_uploaded = upload_chunks(
                     client, workspace, local, upserts, missing, progress
                 )
-                answer = client.root(tree.root)
+                answer = client.root(root)
                 if not answer["in_sync"]:
                     raise IndexClientError(
                         f"after the sync the index server still differs from the workspace "
-                        f"(root {tree.root[:12]}): another client synced the same workspace "
+                        f"(root {root[:12]}): another client synced the same workspace "
                         "meanwhile, or the server dropped an update; run the sync again"
                     )
                 report.in_sync = True
         report.requests, report.bytes_sent = client.requests, client.bytes_sent
     if not dry_run:
-        state.server_url, state.root = url, tree.root
+        state.server_url, state.root = url, root
         if isinstance(answer.get("embedder"), str):
             state.embedder = answer["embedder"]
         store.save(state)

@@ -21,10 +21,10 @@ BINARY_PROBE = 8192  # git's heuristic: a NUL byte in the first 8 KiB means bina
 
 @dataclass(frozen=True)
 class WorkspaceFile:
-    """A file to index: its workspace-relative POSIX path and the stat that keys its cache."""
+    """A file to index: its workspace-relative POSIX path and the stat that keys its cache
+    (no absolute Path kept: making 10,000 of them costs a third of an unchanged re-sync)."""
 
     rel: str
-    path: Path
     size: int
     mtime_ns: int
 
@@ -122,7 +122,7 @@ def _visit(
         return "unreadable"
     if stat.st_size > max_file_size:
         return "over the size limit"
-    walk.files.append(WorkspaceFile(rel, Path(entry.path), stat.st_size, stat.st_mtime_ns))
+    walk.files.append(WorkspaceFile(rel, stat.st_size, stat.st_mtime_ns))
     return None
 
 

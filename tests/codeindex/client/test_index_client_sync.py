@@ -86,6 +86,8 @@ def test_an_unchanged_resync_sends_one_hash_and_reads_no_file(
     assert report.requests == 1 and report.in_sync
     assert report.bytes_sent == len(f'{{"root":"{report.root}"}}')
     assert report.files_read == 0  # a stat walk only: every file from the chunk cache
+    local = build_local_index(ws, WorkspaceState(ws, ws.parent / "state"))
+    assert local.root == report.root and "tree" not in vars(local)  # the cached root
 
 
 def test_changing_one_percent_sends_a_few_percent_and_only_the_new_chunks(
