@@ -28,6 +28,7 @@ from ground.errors import FlywheelError
 COMMANDS = (
     "stack", "topics", "demo", "features", "gateway", "process", "simulate", "sink", "query",
     "report", "learn", "models", "doctor", "privacy", "serve", "rollouts", "agent-users", "lake",
+    "index",
 )  # fmt: skip
 
 

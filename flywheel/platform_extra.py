@@ -27,7 +27,7 @@ PLATFORM_MODULES = frozenset({
 
 # The commands a light install runs in full (tests/flywheel/test_platform_extra.py imports them
 # with the platform hidden); `--help` marks the others NOT_INSTALLED.
-LIGHT_COMMANDS = frozenset({"stack", "topics", "gateway", "doctor"})
+LIGHT_COMMANDS = frozenset({"stack", "topics", "gateway", "doctor", "index"})
 
 
 @functools.cache

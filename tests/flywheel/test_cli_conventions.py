@@ -76,10 +76,11 @@ def test_one_spelling_per_concept() -> None:
 
 
 def test_servers_and_their_clients_agree_on_ports() -> None:
-    from flywheel.commands import agent_users, features, gateway, serve
+    from flywheel.commands import agent_users, features, gateway, index, serve
 
     ports = {
         "serve": serve.DEFAULT_PORT,
+        "index serve": index.DEFAULT_PORT,
         "features serve": features.DEFAULT_PORT,
         "gateway serve": next(
             p.default
@@ -92,6 +93,9 @@ def test_servers_and_their_clients_agree_on_ports() -> None:
     assert url == f"http://127.0.0.1:{serve.DEFAULT_PORT}"
     get_url = next(p.default for p in features.get.params if p.name == "url")
     assert get_url == f"http://127.0.0.1:{features.DEFAULT_PORT}"
+    for command in index.index.commands.values():
+        index_url = next((p.default for p in command.params if p.name == "url"), None)
+        assert index_url in (None, f"http://127.0.0.1:{index.DEFAULT_PORT}"), command.name
 
 
 @pytest.mark.parametrize(
