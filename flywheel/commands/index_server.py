@@ -29,8 +29,13 @@ DEFAULT_PORT = 8092  # the gateway has 8088, features 8090, model serving 8091 (
 def load_embedder(directory: Path | None) -> ChunkEmbedder:
     """The code embedder of `codeindex.embedding`: from `directory`, else the shipped one."""
     try:
-        from codeindex.embedding.embedder import load_default_embedder
-        from codeindex.embedding.embedder import load_embedder as load_from
+        # Typed once the embedder's package is in the tree; until then mypy finds no module.
+        from codeindex.embedding.embedder import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
+            load_default_embedder,
+        )
+        from codeindex.embedding.embedder import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
+            load_embedder as load_from,
+        )
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("codeindex"):
             raise  # torch or transformers: the CLI names the `platform` extra
@@ -38,7 +43,8 @@ def load_embedder(directory: Path | None) -> ChunkEmbedder:
             "the code embedder (codeindex.embedding) is not part of this build; install a "
             "build that has it (docs/index.md, 'The embedder')"
         ) from None
-    return load_default_embedder() if directory is None else load_from(directory)
+    embedder: ChunkEmbedder = load_default_embedder() if directory is None else load_from(directory)
+    return embedder
 
 
 @click.command()
