@@ -10,7 +10,7 @@ whole files only, also while the sink writes. `union_by_name` unions the columns
 written with different schema versions (a column missing from older files reads as NULL), and
 DuckDB re-binds a view at each query, so new columns appear without rebuilding the catalog.
 
-A platform topic (one of `streams.topics.TOPIC_VALUE_SCHEMAS`) with no file yet still gets a
+A lake topic (one of `streams.topics.LAKE_TOPIC_SCHEMAS`) with no file yet still gets a
 view: an empty one with the columns its Avro schema gives in the lake, so the analyst views over
 it are always creatable and return no rows instead of failing. Other topic directories get a
 view only once they hold a file.
@@ -31,7 +31,7 @@ from analytics.errors import CatalogError
 from contracts.arrow_schema import arrow_schema
 from contracts.lake_layout import SUFFIX
 from schemas.catalog import load_schema
-from streams.topics import TOPIC_VALUE_SCHEMAS
+from streams.topics import LAKE_TOPIC_SCHEMAS, TOPIC_VALUE_SCHEMAS
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+")  # Kafka's legal topic characters (as processors.lake)
 # The lake's hive keys: `dt=YYYY-MM-DD` is the UTC event date, `hour=HH` its UTC hour.
@@ -102,7 +102,7 @@ def topic_views(lake: Path) -> list[TopicView]:
     views = [TopicView(t, view_name(t), True, parquet_sql(lake, t)) for t in with_files]
     views += [
         TopicView(t, view_name(t), False, empty_sql(t))
-        for t in TOPIC_VALUE_SCHEMAS
+        for t in LAKE_TOPIC_SCHEMAS
         if t not in with_files
     ]
     by_name: dict[str, str] = {}

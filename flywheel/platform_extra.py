@@ -22,7 +22,7 @@ NOT_INSTALLED = "(needs the `platform` extra, not installed)"
 # checks the list against the code's imports and pyproject.toml).
 PLATFORM_MODULES = frozenset({
     "aiokafka", "duckdb", "faust", "matplotlib", "numpy", "orjson", "pyarrow", "streaming",
-    "tokenizers", "torch", "torchvision", "transformers", "yaml",
+    "tokenizers", "torch", "torchvision", "transformers", "usearch", "yaml",
 })  # fmt: skip
 
 # The commands a light install runs in full (tests/flywheel/test_platform_extra.py imports them

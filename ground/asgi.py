@@ -1,5 +1,6 @@
-"""ASGI pieces the HTTP services share (the gateway, the serving replica): a middleware counting
-every request by route and final status, and reading a body under a size limit."""
+"""ASGI pieces the HTTP services share (the gateway, the serving replica, the index server): a
+middleware counting every request by route and final status, reading a body under a size limit,
+and the `{"error": reason}` answer of a refused request."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Protocol
 
 from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -68,3 +70,8 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise BodyOverLimit(limit, size)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def json_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A refusal as the services answer it: `{"error": message}` with `status`."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)

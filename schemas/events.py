@@ -336,6 +336,40 @@ class ErasureRecorded(Event):
     rows_by_topic: Mapping[str, int]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IndexedChunk(AvroRecord):
+    """A chunk of an indexed file: its hash and 1-based inclusive line range."""
+
+    hash: str
+    start_line: int
+    end_line: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IndexFileUpdated(Event):
+    """A file of a codebase-index workspace: obfuscated path, hash and chunks (never code)."""
+
+    SCHEMA_NAME: ClassVar[str] = "IndexFileUpdated"
+
+    workspace_id: str
+    path: str
+    file_hash: str
+    chunks: tuple[IndexedChunk, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkEmbedded(Event):
+    """A chunk's embedding by one embedder: float16 little-endian bytes (never the text)."""
+
+    SCHEMA_NAME: ClassVar[str] = "ChunkEmbedded"
+
+    chunk_hash: str
+    embedder_name: str
+    embedder_version: str
+    dim: int
+    vector: bytes
+
+
 # Schema name → event class, for every schema in schemas/avro/.
 EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
     {
@@ -355,6 +389,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             ChannelPointer,
             ReplicaAck,
             ErasureRecorded,
+            IndexFileUpdated,
+            ChunkEmbedded,
         )
     }
 )
@@ -365,6 +401,7 @@ NAMED_TYPES: Mapping[str, type] = MappingProxyType(
         **EVENT_TYPES,
         "TrainingWindow": TrainingWindow,
         "LakeOffsetRange": LakeOffsetRange,
+        "IndexedChunk": IndexedChunk,
         **{
             cls.__name__: cls
             for cls in (

@@ -7,6 +7,7 @@ decide the conversion, once per class:
 annotation             Avro type                   written as / read from
 =====================  ==========================  ======================================
 ``str``                string (also logical uuid)  str / str or ``uuid.UUID``
+``bytes``              bytes                       as is
 ``int``, ``float``     int or long, float/double   as is
 ``bool``               boolean                     as is
 ``datetime`` (UTC)     long timestamp-millis       int ms since epoch / int or datetime
@@ -275,7 +276,7 @@ def _converters(annotation: Any, where: str) -> tuple[Convert, Convert]:
         return encode_time, decode_time
     if annotation is str:
         return _identity, _decode_str
-    if annotation in (int, float, bool):
+    if annotation in (int, float, bool, bytes):
         return _identity, _identity
     if isinstance(annotation, type) and issubclass(annotation, StrEnum):
         return _encode_enum, _enum_decoder(annotation)

@@ -77,6 +77,13 @@ MODEL_VERSIONS_TOPIC = "models.versions"
 MODEL_CHANNELS_TOPIC = "models.channels"
 MODEL_ACKS_TOPIC = "models.acks"
 ERASURES_TOPIC = "privacy.erasures"
+# The codebase index's event log (docs/index.md): file entries and chunk embeddings, compacted and
+# kept forever, so a new index replica rebuilds from them. Files have one partition: a replica
+# must apply a workspace's changes in the order they were made (a file replaced by a folder is a
+# tombstone, then the folder's files); each embedding stands alone.
+INDEX_FILES_TOPIC = "index.files"
+INDEX_EMBEDDINGS_TOPIC = "index.embeddings"
+INDEX_EMBEDDINGS_PARTITIONS = 4
 
 # The topics that carry platform events: ``value`` names the schema (schemas/avro/<value>.avsc).
 EVENT_TOPICS: tuple[TopicSpec, ...] = (
@@ -104,6 +111,14 @@ EVENT_TOPICS: tuple[TopicSpec, ...] = (
         ERASURES_TOPIC, "user_id", "ErasureRecorded", 1,
         cleanup_policy="compact", retention_ms=None,
     ),
+    TopicSpec(
+        INDEX_FILES_TOPIC, "workspace_id/path", "IndexFileUpdated", 1,
+        cleanup_policy="compact", retention_ms=FOREVER,
+    ),
+    TopicSpec(
+        INDEX_EMBEDDINGS_TOPIC, "embedder_name:embedder_version@chunk_hash", "ChunkEmbedded",
+        INDEX_EMBEDDINGS_PARTITIONS, cleanup_policy="compact", retention_ms=FOREVER,
+    ),
 )  # fmt: skip
 
 TOPICS: tuple[TopicSpec, ...] = (
@@ -117,9 +132,17 @@ TOPICS: tuple[TopicSpec, ...] = (
     ),
 )  # fmt: skip
 
-# Topic → the name of its value schema, in declaration order (`flywheel sink`'s default topics,
-# the codec's registrations). Read-only.
+# Topic → the name of its value schema, in declaration order (the codec's registrations, the
+# doctor's checks). Read-only.
 TOPIC_VALUE_SCHEMAS: Mapping[str, str] = MappingProxyType({t.name: t.value for t in EVENT_TOPICS})
+
+# The event topics the lake takes by default (`flywheel sink`'s default topics, the analysts'
+# views): all but the codebase index's, whose rows are hashes and embedding bytes, no analyst
+# table (docs/lake.md). `flywheel sink --topic index.files` still lands one on request.
+INDEX_TOPICS: tuple[str, ...] = (INDEX_FILES_TOPIC, INDEX_EMBEDDINGS_TOPIC)
+LAKE_TOPIC_SCHEMAS: Mapping[str, str] = MappingProxyType(
+    {t: s for t, s in TOPIC_VALUE_SCHEMAS.items() if t not in INDEX_TOPICS}
+)
 
 # Not in DESIGN §3: the stack's smoke check (`flywheel demo`, tests) round-trips an Avro probe
 # record through it, so the contract topics never carry test traffic.

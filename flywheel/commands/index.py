@@ -18,11 +18,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from codeindex.client import lifecycle
 from codeindex.client.search import DEFAULT_TOP_K, MAX_TOP_K, search
 from codeindex.client.sync import SyncReport, sync
+from flywheel.commands.index_server import DEFAULT_PORT, serve
 from flywheel.console import err
 from flywheel.options import ByteSize
 from flywheel.tables import Column, json_option, note, print_records
 
-DEFAULT_PORT = 8092  # docs/cli.md, "Ports"
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 API_KEY_ENV = "FLYWHEEL_API_KEY"
 
@@ -59,7 +59,7 @@ def index() -> None:
     """
 
 
-# TODO(issue 34): index.add_command(serve) from flywheel/commands/index_server.py.
+index.add_command(serve)
 
 
 @index.command("sync")

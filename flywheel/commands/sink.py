@@ -15,15 +15,16 @@ from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.errors import FlywheelError
 from ground.metrics import service_registry
-from streams.topics import TOPIC_VALUE_SCHEMAS, dlq_topic
+from streams.topics import LAKE_TOPIC_SCHEMAS, TOPIC_VALUE_SCHEMAS, dlq_topic
 
 MIB = 1024 * 1024
-# DESIGN §3's data topics: every topic with a platform event (the dlq.* topics hold raw bytes).
-DEFAULT_TOPICS = tuple(TOPIC_VALUE_SCHEMAS)
+# DESIGN §3's data topics: every topic with a platform event (the dlq.* topics hold raw bytes)
+# but the codebase index's (hashes and embedding bytes, no analyst rows; docs/lake.md).
+DEFAULT_TOPICS = tuple(LAKE_TOPIC_SCHEMAS)
 
 
 @click.command()
-@topic_option("Topics to sink. Default: every platform topic with events (not dlq.*).")
+@topic_option("Topics to sink. Default: every platform topic with events (not dlq.*, not index.*).")
 @click.option(
     "--lake",
     type=click.Path(file_okay=False, path_type=Path),

@@ -31,19 +31,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
+from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, json_error, read_body
 from ground.errors import FlywheelError
 from schemas.events import Event
 from streams.errors import EventValidationError
 from streams.gateway.errors import (
     BodyTooLarge,
     EventRefused,
-    KeyStoreError,
+    KeyRefused,
     ReasonCode,
     RequestRefused,
     UnsupportedMediaType,
 )
-from streams.gateway.keys import ApiKeyStore, KeyRecord, presented_key
+from streams.gateway.keys import ApiKeyStore, KeyRecord, check_request_key
 from streams.gateway.metrics import GatewayMetrics
 from streams.gateway.parsing import (
     MediaType,
@@ -59,7 +59,6 @@ log = logging.getLogger("flywheel.gateway")
 EVENTS_PATH = "/v1/events"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
-_AUTH_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flywheel-gateway"'}
 _RETRY_AFTER = {"Retry-After": "5"}
 _SHUTDOWN_FLUSH_S = 10.0
 
@@ -175,23 +174,10 @@ class _Gateway:
         return Response(text, media_type=content_type)
 
     def _authenticate(self, request: Request) -> KeyRecord | Response:
-        secret = presented_key(request.headers)
-        if secret is None:
-            return _error(
-                401,
-                "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-                _AUTH_CHALLENGE,
-            )
         try:
-            key = self._keys.authenticate(secret)
-        except KeyStoreError:
-            log.exception("cannot read the API key store")
-            return _error(503, "the gateway cannot check API keys now; retry later", _RETRY_AFTER)
-        if key is None:
-            return _error(401, "invalid API key", _AUTH_CHALLENGE)
-        if key.revoked:
-            return _error(403, f"API key {key.name!r} is revoked; ask for a new key")
-        return key
+            return check_request_key(self._keys, request.headers)
+        except KeyRefused as exc:
+            return _error(exc.status, str(exc), exc.headers)
 
     async def _read_body(self, request: Request) -> bytes:
         """The body (`ground.asgi.read_body`), its size observed; BodyTooLarge over the limit."""
@@ -289,5 +275,4 @@ def _batch_response(results: list[EventResult]) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+_error = json_error

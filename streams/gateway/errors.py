@@ -53,3 +53,13 @@ class EventRefused(GatewayError):
 
 class KeyStoreError(GatewayError):
     """The API key file is unreadable, or a key operation names a key wrongly."""
+
+
+class KeyRefused(GatewayError):
+    """A request's API key is missing, unknown or revoked, or cannot be checked now: answer
+    `status` (401, 403 or 503) with the message and `headers` (a challenge, a Retry-After)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers or {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
@@ -27,12 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from streams.gateway.errors import KeyStoreError
+from streams.gateway.errors import KeyRefused, KeyStoreError
 from streams.gateway.parsing import GATEWAY_EVENT_TYPES
 
 SECRET_PREFIX = "fw_"  # noqa: S105  # marks a string as a gateway key; not itself a secret
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
 
 
 def default_key_path(home: Path) -> Path:
@@ -48,6 +50,34 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
         scheme, _, token = authorization.strip().partition(" ")
         return token.strip() or None if scheme.lower() == "bearer" else None
     return headers.get("x-api-key", "").strip() or None
+
+
+def check_request_key(
+    keys: ApiKeyStore, headers: Mapping[str, str], realm: str = "flywheel-gateway"
+) -> KeyRecord:
+    """The active key a request presents, or KeyRefused: 401 (with a Bearer challenge naming
+    `realm`) when it presents none or an unknown one, 403 when it is revoked, 503 when the key
+    file cannot be read. The HTTP services that take the gateway's keys share this check."""
+    secret = presented_key(headers)
+    challenge = {"WWW-Authenticate": f'Bearer realm="{realm}"'}
+    if secret is None:
+        raise KeyRefused(
+            401,
+            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            challenge,
+        )
+    try:
+        key = keys.authenticate(secret)
+    except KeyStoreError:
+        log.exception("cannot read the API key store")
+        raise KeyRefused(
+            503, "the server cannot check API keys now; retry later", {"Retry-After": "5"}
+        ) from None
+    if key is None:
+        raise KeyRefused(401, "invalid API key", challenge)
+    if key.revoked:
+        raise KeyRefused(403, f"API key {key.name!r} is revoked; ask for a new key")
+    return key
 
 
 def hash_secret(secret: str) -> str:

@@ -76,11 +76,11 @@ def test_one_spelling_per_concept() -> None:
 
 
 def test_servers_and_their_clients_agree_on_ports() -> None:
-    from flywheel.commands import agent_users, features, gateway, index, serve
+    from flywheel.commands import agent_users, features, gateway, index, index_server, serve
 
     ports = {
         "serve": serve.DEFAULT_PORT,
-        "index serve": index.DEFAULT_PORT,
+        "index serve": index_server.DEFAULT_PORT,
         "features serve": features.DEFAULT_PORT,
         "gateway serve": next(
             p.default

@@ -27,6 +27,8 @@ EXPECTED_SCHEMAS = {
     "ChannelPointer",
     "ReplicaAck",
     "ErasureRecorded",
+    "IndexFileUpdated",
+    "ChunkEmbedded",
 }
 
 ALL = sorted(EXPECTED_SCHEMAS)

@@ -4,6 +4,8 @@ from schemas.catalog import schema_names
 from streams.topics import (
     ALL_TOPICS,
     DLQ_STAGES,
+    INDEX_TOPICS,
+    LAKE_TOPIC_SCHEMAS,
     PROBE_TOPIC,
     TOPIC_VALUE_SCHEMAS,
     TOPICS,
@@ -97,4 +99,17 @@ def test_event_topics_keep_their_order() -> None:
         ("models.channels", "ChannelPointer"),
         ("models.acks", "ReplicaAck"),
         ("privacy.erasures", "ErasureRecorded"),
+        ("index.files", "IndexFileUpdated"),
+        ("index.embeddings", "ChunkEmbedded"),
     )
+
+
+def test_the_index_topics_are_compacted_kept_forever_and_out_of_the_lake() -> None:
+    for name in INDEX_TOPICS:
+        spec = topic(name)
+        assert spec.configs() == {"cleanup.policy": "compact", "retention.ms": "-1"}
+        assert name in TOPIC_VALUE_SCHEMAS
+        assert name not in LAKE_TOPIC_SCHEMAS
+    # One total order of a workspace's file changes (docs/index.md).
+    assert topic("index.files").partitions == 1
+    assert set(LAKE_TOPIC_SCHEMAS) == set(TOPIC_VALUE_SCHEMAS) - set(INDEX_TOPICS)
