@@ -63,7 +63,7 @@ def test_the_operator_flag_starts_the_worker_unisolated_and_says_so(
 def test_doctor_reports_the_missing_sandbox_with_its_fix() -> None:
     result = CliRunner().invoke(cli, ["doctor", "--check", "sandbox"])
     assert result.exit_code == 1
-    assert "FAIL sandbox" in result.output and "bubblewrap" in result.output
+    assert "sandbox\tFAIL" in result.output and "bubblewrap" in result.output
 
 
 def test_doctor_reports_the_isolation_in_force() -> None:
