@@ -75,8 +75,10 @@ class Embedder:
     ) -> None:
         self.device = torch.device(device) if device is not None else default_device()
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        self.model = model.to(device=self.device, dtype=dtype)  # type: ignore[arg-type]  # transformers types .to oddly
-        self.model.eval()  # type: ignore[no-untyped-call]  # untyped in transformers
+        # Module.to moves in place; transformers' wrapped PreTrainedModel.to is mistyped
+        torch.nn.Module.to(model, device=self.device, dtype=dtype)
+        model.eval()  # type: ignore[no-untyped-call]  # untyped in transformers
+        self.model = model
         self.tokenizer = tokenizer
         self.manifest = manifest
         self._pad_id = int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
@@ -138,7 +140,8 @@ class Embedder:
     def save(self, directory: Path, *, half: bool = True) -> None:
         """Write the HF layout and ``embedder.json`` to ``directory``; weights in float16 when
         ``half`` (half the bytes; the loader casts back)."""
-        model = copy.deepcopy(self.model).to(torch.float16 if half else torch.float32)
+        model = copy.deepcopy(self.model)
+        torch.nn.Module.to(model, torch.float16 if half else torch.float32)
         save_checkpoint(model, self.tokenizer, directory)  # type: ignore[arg-type]  # any fast tokenizer
         (directory / MANIFEST_FILE).write_text(self.manifest.to_json())
 

@@ -59,7 +59,7 @@ class EmbedderConfig:
 def build_encoder(config: EmbedderConfig, pad_id: int) -> PreTrainedModel:
     """A freshly initialised encoder of ``config`` (seed torch first), without BERT's pooler
     (mean pooling replaces it)."""
-    model = BertModel(config.hf_config(pad_id), add_pooling_layer=False)
+    model: PreTrainedModel = BertModel(config.hf_config(pad_id), add_pooling_layer=False)  # type: ignore[no-untyped-call]  # untyped in transformers
     return model
 
 

@@ -80,7 +80,7 @@ def train_contrastive(
         optimizer.step()
         report.steps += 1
         report.pairs_seen += len(rows)
-        report.losses.append(float(loss))
+        report.losses.append(float(loss.detach()))
         report.seconds = time.monotonic() - started
         if on_step is not None:
             on_step(report, min(1.0, _progress(config, report)))
