@@ -157,12 +157,17 @@ def load_embedder(directory: Path, *, device: torch.device | str | None = None) 
             f"{directory} has no config.json: not a Hugging Face checkpoint; pass a directory "
             "with config.json, the weights and tokenizer files"
         )
+    ours = (directory / MANIFEST_FILE).is_file()
+    # ours is a BertModel saved without BERT's pooler (mean pooling replaces it)
+    extra: dict[str, Any] = {"add_pooling_layer": False} if ours else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-        model = AutoModel.from_pretrained(directory, local_files_only=True, dtype=torch.float32)
+        model = AutoModel.from_pretrained(
+            directory, local_files_only=True, dtype=torch.float32, **extra
+        )
     except (OSError, ValueError, KeyError) as exc:
         raise EmbeddingError(f"cannot load the checkpoint in {directory}: {exc}") from exc
-    if (directory / MANIFEST_FILE).is_file():
+    if ours:
         manifest = EmbedderManifest.read(directory / MANIFEST_FILE)
     else:
         manifest = _foreign_manifest(directory, model, tokenizer)
