@@ -38,7 +38,8 @@ def _log(message: str) -> None:
     show_default=True,
     help="gate: the continuous suggestion-gate learner. agent-sft: the agent LM's first "
     "version, by supervised warm-up (then it exits). agent: the agent LM's continuous RL "
-    "learner.",
+    "learner. code-embedder: the codebase index's embedder, trained on this machine's Python "
+    "sources (then it exits).",
 )
 @click.option(
     "--model",
@@ -54,7 +55,8 @@ def _log(message: str) -> None:
     default=None,
     help="The recipe's config (YAML). Default: learner/recipes/gate/configs/default.yaml (gate), "
     "learner/recipes/agent_sft/configs/sft.yaml (agent-sft), "
-    "learner/recipes/agent_rl/configs/rl.yaml (agent).",
+    "learner/recipes/agent_rl/configs/rl.yaml (agent), "
+    "learner/recipes/code_embedder/configs/default.yaml (code-embedder).",
 )
 @click.option(
     "--max-versions",
@@ -87,7 +89,8 @@ def learn(
     metrics_host: str,
 ) -> None:
     """Turn new lake rewards into checked model versions, continuously (--recipe gate, agent), or
-    train the agent LM's first version (--recipe agent-sft).
+    train the agent LM's first version (--recipe agent-sft) or the code index's embedder
+    (--recipe code-embedder).
 
     gate: each cycle waits for new Reward files in the lake, converts them into an MDS window,
     trains the suggestion gate warm-started from production (checkpoints, autoresume), evaluates
@@ -104,6 +107,11 @@ def learn(
     clip-higher, truncated importance sampling, a staleness bound), compares it with production
     on the held-out eval suite (paired pass@1 and reward with bootstrap bounds), and canaries a
     passing version on a share of the rollout workers' tasks before promoting or rolling back.
+
+    code-embedder: mines (docstring sentence, code) pairs from the standard library and
+    site-packages (the benchmark's held-out packages excluded), trains the bi-encoder
+    contrastively, measures it on the held-out packages and registers it as production
+    (docs/index.md).
     """
     settings = Settings.from_env()
     entry = RECIPES[recipe]  # learner/recipes/__init__.py: name → module, and what it needs

@@ -1,7 +1,8 @@
 """Learner recipes: one folder per way of training a model, with its own code and YAML configs.
 
 ``gate/`` trains the suggestion-gate network from reward rows; ``agent_sft/`` warms the agent LM
-up on demonstrations; ``agent_rl/`` trains it with GRPO on trials and served completions. A
+up on demonstrations; ``agent_rl/`` trains it with GRPO on trials and served completions;
+``code_embedder/`` trains the codebase index's embedder on this machine's Python sources. A
 recipe's defaults are in its ``configs/`` folder; what recipes share (the engine, the data
 windows, the continuous loop, the eval suite) lives in ``learner/`` above them.
 
@@ -72,6 +73,9 @@ RECIPES: Mapping[str, RecipeEntry] = MappingProxyType(
         ),
         "agent": RecipeEntry(
             "learner.recipes.agent_rl.recipe", runs_model_code=True, continuous=True
+        ),
+        "code-embedder": RecipeEntry(
+            "learner.recipes.code_embedder.recipe", runs_model_code=False, continuous=False
         ),
     }
 )

@@ -14,6 +14,7 @@ from learner.errors import LearnerError
 from learner.recipes import RECIPES
 from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, AgentRLConfig
 from learner.recipes.agent_sft.recipe import AgentSFTConfig
+from learner.recipes.code_embedder.config import CodeEmbedderConfig
 from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 
 RECIPES_DIR = Path(__file__).parents[2] / "learner" / "recipes"
@@ -21,6 +22,7 @@ LOADERS: dict[str, Callable[[Path], object]] = {  # recipe folder -> its config'
     "gate": LearnerConfig.load,
     "agent_sft": AgentSFTConfig.load,
     "agent_rl": AgentRLConfig.load,
+    "code_embedder": CodeEmbedderConfig.load,
 }
 CONFIGS = sorted(RECIPES_DIR.glob("*/configs/*.yaml"))
 
