@@ -323,14 +323,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--skip-query", action="store_true")
     parser.add_argument("--skip-embedding", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--torch-threads", type=int, help="torch intra-op threads")
     parser.add_argument("--out", type=Path, help="JSON report ($FLYWHEEL_HOME/bench/index.json)")
     args = parser.parse_args(argv)
     sizes = {k: getattr(args, k) or v for k, v in (QUICK if args.quick else FULL).items()}
+    if args.torch_threads:
+        import torch  # only asked for with the real embedder
+
+        torch.set_num_threads(args.torch_threads)
     embedder, real = load_embedder(args.embedder)
     report: dict[str, Any] = {
         "embedder": f"{embedder.name}:{embedder.version} dim {embedder.dim}"
         + ("" if real else " (TEST embedder)"),
         "real_embedder": real, "cpus": len(os.sched_getaffinity(0)), "sizes": sizes,
+        "torch_threads": args.torch_threads,
     }  # fmt: skip
     if not args.skip_sync:
         console.print("sync ...")
