@@ -9,6 +9,7 @@ loads on a light install.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +22,12 @@ from flywheel.metrics import metrics_endpoint, metrics_options
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from codeindex.server.embedder import ChunkEmbedder
+    from codeindex.server.events import IndexEventLog, IndexFollower, IndexTopics
+    from codeindex.server.service import IndexService
+    from streams.gateway.keys import ApiKeyStore
 
 DEFAULT_PORT = 8092  # the gateway has 8088, features 8090, model serving 8091 (docs/cli.md)
 
@@ -45,6 +51,55 @@ def load_embedder(directory: Path | None) -> ChunkEmbedder:
         ) from None
     embedder: ChunkEmbedder = load_default_embedder() if directory is None else load_from(directory)
     return embedder
+
+
+@dataclass
+class IndexServer:
+    """A wired index server: its app, service and event log, and the follower of its topics."""
+
+    app: Starlette
+    service: IndexService
+    events: IndexEventLog
+    follower: IndexFollower
+
+    def close(self) -> None:
+        """Stop following the topics (the app's own server is the caller's to stop)."""
+        self.follower.close()
+
+
+def build_index_server(
+    settings: Settings,
+    embedder: ChunkEmbedder,
+    keys: ApiKeyStore | None,
+    topics: IndexTopics,
+    replica_id: str,
+) -> IndexServer:
+    """The index app over `embedder`, rebuilt from `topics` (from their beginning to their end
+    now, then followed in a thread) and publishing its changes there; `keys` None serves
+    without auth. Raises EventLogError when a topic is missing or the rebuild times out."""
+    from codeindex.server.app import create_app
+    from codeindex.server.events import IndexEventLog, LogApplier, rebuild
+    from codeindex.server.service import IndexService
+    from codeindex.server.state import IndexState
+    from flywheel.clients import codec as make_codec
+    from streams.topic_io import EventProducer
+
+    origin = f"{replica_id}/{uuid.uuid4().hex[:8]}"  # new per process: a rebuild applies all
+    codec = make_codec(settings)
+    state = IndexState(embedder.dim)
+    applier = LogApplier(
+        state, codec, embedder_name=embedder.name, embedder_version=embedder.version,
+        topics=topics, origin=origin,
+    )  # fmt: skip
+    follower = rebuild(settings.kafka_client_config(), applier, topics)
+    events = IndexEventLog(
+        EventProducer(settings.kafka_client_config()), codec, embedder_name=embedder.name,
+        embedder_version=embedder.version, dim=embedder.dim,
+        producer=f"codeindex.server/{replica_id}", origin=origin, topics=topics,
+    )  # fmt: skip
+    service = IndexService(state, embedder, events)
+    app = create_app(service, keys=keys, ready=follower.caught_up.is_set)
+    return IndexServer(app, service, events, follower)
 
 
 @click.command()
@@ -107,17 +162,10 @@ def serve(
     stored. Routes: /v1/index/{ws}/root|children|files|chunks|search|status, DELETE
     /v1/index/{ws} (erase), GET /healthz, GET /metrics. See docs/index.md.
     """
-    from codeindex.server.app import create_app
-    from codeindex.server.events import IndexEventLog, IndexTopics, LogApplier, rebuild
-    from codeindex.server.service import IndexService
-    from codeindex.server.state import IndexState
-    from flywheel.clients import codec as make_codec
+    from codeindex.server.events import IndexTopics
     from streams.gateway.keys import ApiKeyStore, default_key_path
-    from streams.topic_io import EventProducer
 
     settings = Settings.from_env()
-    replica_id = replica_id or default_replica_id()
-    origin = f"{replica_id}/{uuid.uuid4().hex[:8]}"  # new per process: a rebuild applies all
     sock = listen(host, port)  # before the slow parts: a busy port fails fast and clearly
     embedder = load_embedder(embedder_dir)
     keys = None if no_auth else ApiKeyStore(default_key_path(settings.home))
@@ -126,22 +174,12 @@ def serve(
             "[yellow]no active API keys[/]: every request will get 401; add one with "
             "`flywheel gateway add-key NAME` (or pass --no-auth for a local experiment)"
         )
-    topics = IndexTopics(files_topic, embeddings_topic)
-    codec = make_codec(settings)
-    state = IndexState(embedder.dim)
-    applier = LogApplier(
-        state, codec, embedder_name=embedder.name, embedder_version=embedder.version,
-        topics=topics, origin=origin,
-    )  # fmt: skip
     err.print(f"rebuilding from {files_topic} and {embeddings_topic} ...")
-    follower = rebuild(settings.kafka_client_config(), applier, topics)
-    events = IndexEventLog(
-        EventProducer(settings.kafka_client_config()), codec, embedder_name=embedder.name,
-        embedder_version=embedder.version, dim=embedder.dim,
-        producer=f"codeindex.server/{replica_id}", origin=origin, topics=topics,
+    server = build_index_server(
+        settings, embedder, keys, IndexTopics(files_topic, embeddings_topic),
+        replica_id or default_replica_id(),
     )  # fmt: skip
-    service = IndexService(state, embedder, events)
-    app = create_app(service, keys=keys, ready=follower.caught_up.is_set)
+    state = server.service.state
     out.print(
         f"[green]index[/] on http://{host}:{port} with {embedder.name}:{embedder.version} "
         f"(dim {embedder.dim}): {len(state.workspaces())} workspace(s), "
@@ -149,8 +187,8 @@ def serve(
         f"{settings.kafka_bootstrap}; Ctrl-C to stop"
     )
     try:
-        with metrics_endpoint(metrics_port, metrics_host, service.metrics.registry):
-            run_server(app, sock)
+        with metrics_endpoint(metrics_port, metrics_host, server.service.metrics.registry):
+            run_server(server.app, sock)
     finally:
-        follower.close()
-        out.print(f"index stopped: {events.published} record(s) published")
+        server.close()
+        out.print(f"index stopped: {server.events.published} record(s) published")
