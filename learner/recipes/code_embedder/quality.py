@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from codeindex.embedding.embedder import Embedder
-from codeindex.embedding.terms import code_terms
+from codeindex.terms import code_terms
 from learner.recipes.code_embedder.pairs import HELD_OUT, first_sentence, functions_of, python_files
 
 K = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codeindex.embedding.terms import code_terms
+from codeindex.terms import code_terms
 from codeindex.embedding.tokenizer import train_code_tokenizer
 from tests.codeindex.embedding.tiny import CORPUS
 
