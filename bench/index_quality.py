@@ -8,13 +8,16 @@ packages (rich, click, httpx, starlette, pyyaml, jinja2; excluded from the train
 construction), docstring removed; each function whose docstring's first sentence is unique is
 a query for it. Rankers over the same queries and corpus:
 
-* BM25: bm25s (Lucene variant, k1 1.5, b 0.75) over ``code_terms`` (identifiers split).
+* BM25: bm25s (Lucene variant, k1 1.5, b 0.75) over ``code_terms`` (identifiers split), the
+  reference; and "client BM25", the index client's own (``codeindex.client.lexical``, stdlib),
+  which should agree with it.
 * dense: the embedder's cosine similarity (default: the shipped artifact).
-* hybrid RRF: reciprocal-rank fusion of the two (1 / (60 + rank), summed).
-* hybrid 0.5: 0.5 x cosine + 0.5 x BM25 divided by the query's best BM25 score. The index's
-  hybrid: the server returns cosine scores, the client (which holds the code, so its term
-  statistics are not code at rest on a server) scores its candidates with BM25 and fuses.
-  The weight is fixed a priori, not tuned on this set; the sweep is printed for reference.
+* hybrid RRF: reciprocal-rank fusion of bm25s and dense (1 / (60 + rank), summed).
+* hybrid 0.5, the index: what ``flywheel index search`` does (``codeindex.client.search``): the
+  dense top 50 and the client BM25's top 50 as candidates, fused by
+  ``codeindex.client.ranking.weighted_fusion`` (0.5 x cosine + 0.5 x BM25 / the query's best
+  BM25 score). The weight is fixed a priori, not tuned on this set; a sweep of it is printed
+  for reference.
 
 Target: the index's MRR@10 ≥ 1.1 x BM25's. Prints a table and writes
 ``$FLYWHEEL_HOME/bench/index_quality.json``.
@@ -33,11 +36,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from codeindex.client.ranking import LEXICAL_WEIGHT
 from codeindex.embedding.embedder import load_default_embedder, load_embedder
 from flywheel.settings import Settings
 from learner.recipes.code_embedder import quality
 
-HYBRID_WEIGHT = quality.HYBRID_DENSE_WEIGHT
+HYBRID_WEIGHT = LEXICAL_WEIGHT
+INDEX = f"hybrid {HYBRID_WEIGHT} (the index)"
 TARGET = 1.1
 
 
@@ -48,11 +53,13 @@ def run(embedder_dir: Path | None, batch: int) -> dict[str, Any]:
     dense = quality.dense_scores(embedder, bench.corpus, bench.queries, batch)
     encode_s = time.perf_counter() - started
     lexical = quality.bm25_scores(bench.corpus, bench.queries)
+    client = quality.client_bm25_scores(bench.corpus, bench.queries)
     rankers = {
         "bm25": lexical,
+        "client bm25": client,
         "dense": dense,
         "hybrid rrf": quality.reciprocal_rank_fusion(dense, lexical),
-        f"hybrid {HYBRID_WEIGHT}": quality.weighted_fusion(dense, lexical, HYBRID_WEIGHT),
+        INDEX: quality.index_hybrid(dense, client, HYBRID_WEIGHT),
     }
     results = {
         name: quality.metrics(quality.ranks_of(scores, bench.relevant))
@@ -60,11 +67,11 @@ def run(embedder_dir: Path | None, batch: int) -> dict[str, Any]:
     }
     sweep = {
         f"{w:.1f}": quality.metrics(
-            quality.ranks_of(quality.weighted_fusion(dense, lexical, w), bench.relevant)
+            quality.ranks_of(quality.index_hybrid(dense, client, w), bench.relevant)
         )["mrr@10"]
         for w in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
     }
-    index = results[f"hybrid {HYBRID_WEIGHT}"]["mrr@10"]
+    index = results[INDEX]["mrr@10"]
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _commit(),
@@ -78,7 +85,7 @@ def run(embedder_dir: Path | None, batch: int) -> dict[str, Any]:
         "queries": len(bench.queries),
         "packages": bench.packages,
         "results": results,
-        "weight_sweep_mrr@10": sweep,
+        "lexical_weight_sweep_mrr@10": sweep,
         "index_over_bm25": index / results["bm25"]["mrr@10"],
         "target": TARGET,
         "encode_s": encode_s,
@@ -104,7 +111,7 @@ def _print(report: dict[str, Any]) -> None:
     verdict = "meets" if ratio >= report["target"] else "misses"
     console.print(
         f"index (hybrid {HYBRID_WEIGHT}) = {ratio:.2f}x BM25: {verdict} the {report['target']}x "
-        f"target; weight sweep (for reference) {report['weight_sweep_mrr@10']}"
+        f"target; lexical weight sweep (for reference) {report['lexical_weight_sweep_mrr@10']}"
     )
 
 

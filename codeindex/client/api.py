@@ -100,12 +100,24 @@ class IndexClient:
 
     def search(self, query: str, top_k: int, path_prefix: str | None) -> list[dict[str, Any]]:
         """`POST search`: results as the server sends them (chunk, path, start, end, score)."""
-        body = {"query": query, "top_k": top_k, "path_prefix": path_prefix}
+        return self.search_scored(query, top_k, path_prefix)[0]
+
+    def search_scored(
+        self, query: str, top_k: int, path_prefix: str | None, score: Sequence[str] = ()
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """`POST search`, asking also for the cosine similarity of the chunks `score` lists
+        (hashes only): (the results as sent, chunk hash -> cosine for those the server holds)."""
+        body: dict[str, Any] = {"query": query, "top_k": top_k, "path_prefix": path_prefix}
+        if score:
+            body["score"] = list(score)
         answer = self._call("POST", "/search", body)
-        results = answer.get("results")
-        if not isinstance(results, list):
+        results, scores = answer.get("results"), answer.get("scores", {})
+        if not isinstance(results, list) or not isinstance(scores, dict):
             raise self._unexpected("/search", answer)
-        return results
+        try:
+            return results, {str(h): float(v) for h, v in scores.items()}
+        except (TypeError, ValueError):
+            raise self._unexpected("/search", answer) from None
 
     def status(self) -> dict[str, Any]:
         return self._call("GET", "/status")

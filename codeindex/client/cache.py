@@ -75,12 +75,16 @@ class ChunkCache:
             return cls(max_lines, key_id)
 
     @staticmethod
-    def load_paths(path: Path) -> list[str]:
-        """The paths a cache file holds, whatever chunker made it ([] if none or damaged)."""
+    def load_refs(path: Path) -> dict[str, tuple[ChunkRef, ...]]:
+        """Each file's chunk refs in a cache file, whatever chunker made it (a file that is
+        not text has none; {} if there is no cache or it is damaged): where the chunks of the
+        last walk lie, for a search."""
         try:
-            return list(json.loads(path.read_text())["files"])
+            files = json.loads(path.read_text())["files"]
+            return {rel: CachedFile(size, mtime, chunks).refs()
+                    for rel, (size, mtime, chunks) in files.items()}  # fmt: skip
         except (OSError, ValueError, KeyError, TypeError):
-            return []
+            return {}
 
     def get(self, rel: str, size: int, mtime_ns: int) -> CachedFile | None:
         """The entry of `rel` if the file still has this size and mtime (and the entry is

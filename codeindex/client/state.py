@@ -2,8 +2,9 @@
 
 `$XDG_STATE_HOME/flywheel/index/<sha256(absolute workspace path)[:16]>/` (XDG_STATE_HOME
 defaults to `~/.local/state`): `state.json` (workspace id, server URL, last synced root, the
-embedder), `key` (the obfuscation key, mode 0600) and `chunks.json` (the chunk cache:
-codeindex/client/cache.py). Nothing here is ever uploaded: a workspace holding this folder (a
+embedder), `key` (the obfuscation key, mode 0600), `chunks.json` (the chunk cache:
+codeindex/client/cache.py) and `terms.jsonl` (each chunk's term counts for BM25:
+codeindex/client/lexical.py). Nothing here is ever uploaded: a workspace holding this folder (a
 sync of the home folder) walks around it.
 """
 
@@ -58,6 +59,10 @@ class WorkspaceState:
     @property
     def cache_file(self) -> Path:
         return self.dir / "chunks.json"
+
+    @property
+    def terms_file(self) -> Path:
+        return self.dir / "terms.jsonl"
 
     def exists(self) -> bool:
         return self.state_file.exists()

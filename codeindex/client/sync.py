@@ -29,9 +29,16 @@ from codeindex.client.api import IndexClient, IndexServerError
 from codeindex.client.cache import CachedFile, ChunkCache
 from codeindex.client.chunking import DEFAULT_MAX_LINES, chunk_file, lines_text, split_lines
 from codeindex.client.errors import IndexClientError
+from codeindex.client.lexical import TermCounts, refresh_terms, term_counts
 from codeindex.client.obfuscation import PathObfuscator
 from codeindex.client.state import WorkspaceState
-from codeindex.client.workspace import DEFAULT_MAX_FILE_SIZE, Walk, read_text, walk_workspace
+from codeindex.client.workspace import (
+    DEFAULT_MAX_FILE_SIZE,
+    Walk,
+    WorkspaceFile,
+    read_text,
+    walk_workspace,
+)
 from codeindex.protocol import ROOT, FileEntry, Tree, chunk_hash, diff_children
 
 MAX_BATCH_CHUNKS = 256  # per `chunks` request (docs/index.md)
@@ -106,17 +113,19 @@ def build_local_index(
     progress: Progress = _no_progress,
 ) -> LocalIndex:
     """Walk `workspace` and cut the files whose size or mtime changed since the chunk cache
-    saw them (the others are not read); update the cache in `store`."""
+    saw them (the others are not read); update the cache and the lexical index (the chunks'
+    term counts, `codeindex.client.lexical`) in `store`."""
     walk = walk_workspace(workspace, max_file_size, skip=[store.dir.parent])
     obfuscator = store.obfuscator()
     cache = ChunkCache.load(store.cache_file, max_lines, obfuscator.key_id)
     files: list[tuple[str, CachedFile]] = []
+    fresh: dict[str, TermCounts] = {}  # the term counts of the chunks cut now
     files_read = 0
     total = len(walk.files)
     for done, file in enumerate(walk.files, 1):
         entry = cache.get(file.rel, file.size, file.mtime_ns)
         if entry is None:
-            entry = _cut(workspace / file.rel, file.rel, file.size, file.mtime_ns, max_lines)
+            entry = _cut(workspace / file.rel, file, max_lines, fresh)
             cache.put(file.rel, entry)
             files_read += 1
         if entry.chunks is None:
@@ -129,17 +138,27 @@ def build_local_index(
     cache.retain(f.rel for f in walk.files)
     local = LocalIndex(files, obfuscator, walk, files_read, gone, cache.root)
     cache.save(store.cache_file, local.root)
+    refresh_terms(store.terms_file, local.root, workspace, files, fresh)
     return local
 
 
-def _cut(path: Path, rel: str, size: int, mtime_ns: int, max_lines: int) -> CachedFile:
+def _cut(
+    path: Path, file: WorkspaceFile, max_lines: int, terms: dict[str, TermCounts]
+) -> CachedFile:
+    """The file's cache entry; the term counts of its chunks go into `terms`."""
     try:
         text = read_text(path)
     except OSError:
         text = None  # gone or unreadable since the walk: skipped like a binary file
     if text is None:
-        return CachedFile.of(size, mtime_ns, None)
-    return CachedFile.of(size, mtime_ns, (c.ref() for c in chunk_file(rel, text, max_lines)))
+        return CachedFile.of(file.size, file.mtime_ns, None)
+    refs = []
+    for chunk in chunk_file(file.rel, text, max_lines):
+        ref = chunk.ref()
+        if ref.hash not in terms:
+            terms[ref.hash] = term_counts(chunk.text)
+        refs.append(ref)
+    return CachedFile.of(file.size, file.mtime_ns, refs)
 
 
 @dataclass

@@ -3,7 +3,7 @@ normalised) that maps code chunks and natural-language queries into one vector s
 
 ``embedder.py`` loads it (the shipped artifact, a registry version, or any local HF sentence
 embedding checkpoint) and encodes texts; ``model.py`` defines it from a config; ``tokenizer.py``
-trains its tokenizer; ``terms.py`` is the lexical (BM25) side's tokenisation, stdlib only. This
-``__init__`` imports nothing, so ``terms`` loads without torch. The training recipe is
+trains its tokenizer. The lexical (BM25) side's tokenisation is ``codeindex/terms.py``
+(stdlib, so the client uses it without torch). The training recipe is
 ``learner/recipes/code_embedder/`` (docs/index.md, "The embedder").
 """

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from policies.agent_lm import PAD
 
 CLS, UNK = "<|cls|>", "<|unk|>"
-_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # as codeindex.embedding.terms
+_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # as codeindex.terms
 
 
 def train_code_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:

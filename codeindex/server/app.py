@@ -74,8 +74,12 @@ class IndexApi:
 
     def post_search(self, ws: str, body: dict[str, Any]) -> Any:
         query, top_k, prefix = parsing.parse_search(body, self._limits)
-        hits = self.service.search(ws, query, top_k, prefix)
-        return {"results": [hit.to_json() for hit in hits]}
+        scored = parsing.parse_scored(body, self._limits)
+        hits, scores = self.service.search_scored(ws, query, top_k, prefix, scored)
+        answer: dict[str, object] = {"results": [hit.to_json() for hit in hits]}
+        if "score" in body:
+            answer["scores"] = {chunk: round(score, 6) for chunk, score in scores.items()}
+        return answer
 
     def route(self, handler: Handler, max_body: int) -> Callable[[Request], Awaitable[Response]]:
         """A POST endpoint: authenticate, read and parse the body, run `handler` in a thread."""

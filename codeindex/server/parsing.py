@@ -29,6 +29,7 @@ class Limits:
     max_dirs: int = 10_000  # folders per `children` request
     max_query_chars: int = 4096
     max_top_k: int = 100
+    max_scored: int = 1000  # chunk hashes in a search's "score" list
 
 
 WORKSPACE_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -159,3 +160,10 @@ def parse_search(obj: dict[str, Any], limits: Limits) -> tuple[str, int, str | N
     top_k = _int(obj.get("top_k", 10), '"top_k"', 1, limits.max_top_k)
     prefix = obj.get("path_prefix")
     return query, top_k, None if prefix is None else _path(prefix, '"path_prefix"')
+
+
+def parse_scored(obj: dict[str, Any], limits: Limits) -> list[str]:
+    """A search's optional ``"score"`` list: chunk hashes whose cosine similarity to the query
+    the client asks for (its lexical candidates), each once; [] when absent."""
+    scored = _list(obj, "score", limits.max_scored, required=False)
+    return list(dict.fromkeys(_hash(h, f"score[{i}]") for i, h in enumerate(scored)))

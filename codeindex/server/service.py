@@ -99,12 +99,20 @@ class IndexService:
         return len(by_chunk)
 
     def search(self, ws: str, query: str, top_k: int, prefix: str | None) -> list[SearchHit]:
+        return self.search_scored(ws, query, top_k, prefix, ())[0]
+
+    def search_scored(
+        self, ws: str, query: str, top_k: int, prefix: str | None, scored: Sequence[str]
+    ) -> tuple[list[SearchHit], dict[str, float]]:
+        """`search`, plus the cosine similarity of each chunk of `scored` that `ws` holds (the
+        client's lexical candidates, for its fusion); one query embedding for both."""
         self._require(ws)
         started = time.perf_counter()
         vector = self.embedder.encode([query])[0]
         hits = self.state.search(ws, vector, top_k, prefix)
+        scores = self.state.scores(ws, vector, scored) if scored else {}
         self.metrics.search_seconds.observe(time.perf_counter() - started)
-        return hits
+        return hits, scores
 
     def status(self, ws: str) -> dict[str, object]:
         self._require(ws)

@@ -156,6 +156,26 @@ class IndexState:
                     return hits
                 count *= 4
 
+    def scores(
+        self, ws: str, query: NDArray[np.floating], chunks: Sequence[str]
+    ) -> dict[str, float]:
+        """The cosine similarity to `query` [dim] of each of `chunks` that is in `ws`'s tree and
+        has an embedding; the others are left out (a content proof: a hash outside the caller's
+        tree gets nothing). The same cosine a search reports, from the same float16 vector."""
+        q = np.asarray(query, dtype=np.float32)
+        q_norm = float(np.linalg.norm(q))
+        with self._lock:
+            w = self._workspaces.get(ws)
+            if w is None:
+                return {}
+            held = [c for c in chunks if c in w.places and c in self._embeddings]
+            if not held or q_norm == 0.0:
+                return dict.fromkeys(held, 0.0)
+            matrix = np.stack([self._embeddings[c] for c in held]).astype(np.float32)
+        norms = np.linalg.norm(matrix, axis=1)
+        cosines = (matrix @ q) / np.where(norms > 0, norms * q_norm, 1.0)
+        return {c: float(v) for c, v in zip(held, cosines, strict=True)}
+
     # Planning a client's change ------------------------------------------------------------
 
     def plan_files(

@@ -16,6 +16,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from codeindex.client import lifecycle
+from codeindex.client.ranking import LEXICAL_WEIGHT
 from codeindex.client.search import DEFAULT_TOP_K, MAX_TOP_K, search
 from codeindex.client.sync import SyncReport, sync
 from flywheel.commands.index_server import DEFAULT_PORT, serve
@@ -168,6 +169,14 @@ HIT_COLUMNS = [
     default=None,
     help="Only results under this file or folder (relative to PATH, whole path segments).",
 )
+@click.option(
+    "--lexical-weight",
+    default=LEXICAL_WEIGHT,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="BM25's share of the fused score, computed on this machine (the rest is the "
+    "server's cosine similarity); 0 ranks by the server's embeddings alone.",
+)
 @json_option
 def search_command(
     path: Path,
@@ -176,14 +185,20 @@ def search_command(
     api_key: str | None,
     top_k: int,
     path_prefix: str | None,
+    lexical_weight: float,
     as_json: bool,
 ) -> None:
     """Search the synced workspace at PATH for QUERY (natural language or code).
 
-    Prints `path:start-end score` and the code of each result, read from your disk; a result
-    whose file changed since the last sync is left out (sync again).
+    Ranks by a hybrid: the server's cosine similarity of embeddings, fused with BM25 that this
+    machine computes from its own copy of the code (no term leaves it). Prints
+    `path:start-end score` and the code of each result, read from your disk; a result whose
+    file changed since the last sync is left out (sync again).
     """
-    hits = search(path, url, api_key, query, top_k=top_k, path_prefix=path_prefix)
+    hits = search(
+        path, url, api_key, query,
+        top_k=top_k, path_prefix=path_prefix, lexical_weight=lexical_weight,
+    )  # fmt: skip
     records = [
         {"path": h.path, "start": h.start, "end": h.end, "score": h.score, "text": h.text}
         for h in hits

@@ -53,8 +53,10 @@ def test_sync_search_status_erase(tmp_path: Path, double: IndexDouble) -> None:
     double.search_results = [
         {"chunk": chunk.hash, "path": entry.path, "start": 1, "end": 2, "score": 0.5}
     ]
-    found = invoke("search", str(ws), "greeting").output
-    assert found.startswith("src/app.py:1-2 0.5000\ndef greet(name):\n")
+    found = invoke("search", str(ws), "greeting", "--lexical-weight", "0").output
+    assert found.startswith("src/app.py:1-2 0.5000\ndef greet(name):\n")  # the cosine alone
+    # The hybrid: 0.5 x cosine + 0.5 x BM25 / the best BM25 (this chunk's own) = 0.75.
+    assert invoke("search", str(ws), "greet a name").output.startswith("src/app.py:1-2 0.7500\n")
     hits = json.loads(invoke("search", str(ws), "greeting", "--json").output)
     assert hits[0]["path"] == "src/app.py" and hits[0]["text"].startswith("def greet")
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from codeindex.embedding.terms import code_terms
+from codeindex.terms import code_terms
 
 # Mid-size pure-Python packages in the platform's environment, used only by bench/index_quality.py.
 HELD_OUT = ("rich", "click", "httpx", "starlette", "yaml", "jinja2")

@@ -1,7 +1,9 @@
 """Retrieval quality on the held-out packages (bench/index_quality.py and the recipe's metrics):
 natural-language queries (docstring first sentences) → their functions (docstring removed)
-among every function of those packages. Rankers: BM25 (bm25s, over ``code_terms``), the dense
-embedder, and their fusion. Metrics: MRR@10 and recall@10 (one relevant function per query).
+among every function of those packages. Rankers: BM25 (bm25s, the reference, and the index
+client's own, both over ``code_terms``), the dense embedder, and their fusions; the index's
+hybrid exactly as a search runs it (``codeindex.client.ranking``). Metrics: MRR@10 and
+recall@10 (one relevant function per query).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from codeindex.client.lexical import LexicalIndex, term_counts
+from codeindex.client.ranking import candidate_count, weighted_fusion
 from codeindex.embedding.embedder import Embedder
-from codeindex.embedding.terms import code_terms
+from codeindex.terms import code_terms
 from learner.recipes.code_embedder.pairs import HELD_OUT, first_sentence, functions_of, python_files
 
 K = 10
-HYBRID_DENSE_WEIGHT = 0.5  # the index's hybrid: equal shares, fixed a priori (not tuned on the set)
 RRF_K = 60  # reciprocal-rank fusion's constant (Cormack et al.): 1 / (60 + rank)
 
 
@@ -69,6 +72,17 @@ def bm25_scores(corpus: Sequence[str], queries: Sequence[str]) -> np.ndarray:
     return scores
 
 
+def client_bm25_scores(corpus: Sequence[str], queries: Sequence[str]) -> np.ndarray:
+    """The index client's BM25 (``codeindex.client.lexical``, stdlib) scores [queries, corpus];
+    one document per corpus item, as bm25s (the product counts identical chunks once)."""
+    index = LexicalIndex({str(i): term_counts(text) for i, text in enumerate(corpus)})
+    scores = np.zeros((len(queries), len(corpus)), dtype=np.float32)
+    for row, query in enumerate(queries):
+        for item, score in index.scores(query).items():
+            scores[row, int(item)] = score
+    return scores
+
+
 def dense_scores(
     embedder: Embedder, corpus: Sequence[str], queries: Sequence[str], batch_size: int = 64
 ) -> np.ndarray:
@@ -98,12 +112,26 @@ def reciprocal_rank_fusion(*score_sets: np.ndarray) -> np.ndarray:
     return fused
 
 
-def weighted_fusion(dense: np.ndarray, lexical: np.ndarray, dense_weight: float) -> np.ndarray:
-    """``dense_weight`` x cosine + (1 - weight) x BM25 scaled to [0, 1] per query (its best
-    score 1), both on comparable scales."""
-    top = lexical.max(axis=1, keepdims=True)
-    scaled = np.divide(lexical, top, out=np.zeros_like(lexical), where=top > 0)
-    fused: np.ndarray = dense_weight * dense + (1.0 - dense_weight) * scaled
+def index_hybrid(
+    dense: np.ndarray, lexical: np.ndarray, lexical_weight: float, top_k: int = K
+) -> np.ndarray:
+    """The index's hybrid as `codeindex.client.search` runs it, scores [queries, corpus]: per
+    query the dense top N (at most the server's 100) and the BM25 top N (positive scores),
+    N = ``candidate_count(top_k)``, each candidate with both its cosine and its BM25 score,
+    fused by ``codeindex.client.ranking.weighted_fusion``; items that are no candidate get
+    -inf (ranked after every candidate)."""
+    count = candidate_count(top_k)
+    dense_count = min(count, 100, dense.shape[1])
+    fused = np.full(dense.shape, -np.inf)
+    for row in range(dense.shape[0]):
+        by_cosine = np.argpartition(-dense[row], dense_count - 1)[:dense_count]
+        positive = np.flatnonzero(lexical[row] > 0)
+        by_bm25 = positive[np.argsort(-lexical[row, positive], kind="stable")[:count]]
+        candidates = set(by_cosine.tolist()) | set(by_bm25.tolist())
+        cosines = {i: float(dense[row, i]) for i in candidates}
+        bm25 = {i: float(lexical[row, i]) for i in candidates if lexical[row, i] > 0}
+        for i, score in weighted_fusion(cosines, bm25, lexical_weight).items():
+            fused[row, i] = score
     return fused
 
 

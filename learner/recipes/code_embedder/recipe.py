@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from codeindex.client.ranking import LEXICAL_WEIGHT
 from codeindex.embedding.embedder import Embedder, EmbedderManifest
 from codeindex.embedding.model import build_encoder
 from codeindex.embedding.tokenizer import train_code_tokenizer
@@ -126,11 +127,12 @@ def train_embedder(
 
 def held_out_metrics(embedder: Embedder) -> dict[str, float]:
     """MRR@10 and recall@10 of BM25, the embedder, and the index's hybrid of them (the
-    weighted fusion of bench/index_quality.py)."""
+    search's own hybrid, as bench/index_quality.py measures it)."""
     bench = quality.held_out_set()
     dense = quality.dense_scores(embedder, bench.corpus, bench.queries)
     bm25 = quality.bm25_scores(bench.corpus, bench.queries)
-    fused = quality.weighted_fusion(dense, bm25, quality.HYBRID_DENSE_WEIGHT)
+    fused = quality.index_hybrid(dense, quality.client_bm25_scores(bench.corpus, bench.queries),
+                                 LEXICAL_WEIGHT)  # fmt: skip
     out: dict[str, float] = {"heldout_queries": float(len(bench.queries))}
     for ranker, scores in (("bm25", bm25), ("dense", dense), ("hybrid", fused)):
         for metric, value in quality.metrics(quality.ranks_of(scores, bench.relevant)).items():

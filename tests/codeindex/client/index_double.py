@@ -26,6 +26,7 @@ class IndexDouble:
         self.uploaded: list[str] = []  # chunk hashes whose text came, in order
         self.requests: list[tuple[str, str, bytes]] = []
         self.search_results: list[dict[str, Any]] = []
+        self.cosines: dict[str, float] = {}  # what a search's "score" list gets back
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -64,7 +65,10 @@ class IndexDouble:
                 for d in data["dirs"]
             }})  # fmt: skip
         if call == "search":
-            return httpx.Response(200, json={"results": self.search_results})
+            answer: dict[str, Any] = {"results": self.search_results}
+            if "score" in data:
+                answer["scores"] = {h: self.cosines[h] for h in data["score"] if h in self.cosines}
+            return httpx.Response(200, json=answer)
         if call == "status":
             return httpx.Response(200, json={"files": len(tree.files), "root": tree.root})
         return _error(404, f"no call {call}")

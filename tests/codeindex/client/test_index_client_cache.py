@@ -27,7 +27,8 @@ def test_entries_hit_by_size_and_mtime_and_survive_a_save(tmp_path: Path) -> Non
     assert again.root == "r" * 64
     assert ChunkCache.load(path, 60, "key-b").root is None  # made under another key
     assert ChunkCache.load(path, 40, "key-a").paths() == []  # other max_lines: all re-read
-    assert ChunkCache.load_paths(path) == ["a.py", "bin.dat"]
+    assert ChunkCache.load_refs(path) == {"a.py": (REF,), "bin.dat": ()}
+    assert ChunkCache.load_refs(tmp_path / "none.json") == {}
 
 
 def test_an_entry_as_new_as_the_cache_is_read_again(tmp_path: Path) -> None:

@@ -227,10 +227,10 @@ def test_search_maps_results_back_and_drops_stale_ones(ws: Path, server: IndexDo
     ]
     paths[1].write_text("def changed():\n    pass\n" + source(1))  # mod1's lines moved
     server.requests.clear()
-    hits = search(ws, URL, "k", "function", top_k=5, path_prefix="pkg0",
+    hits = search(ws, URL, "k", "function", top_k=5, path_prefix="pkg0", lexical_weight=0,
                   state_root=ws.parent / "state", transport=server.transport())  # fmt: skip
     (body,) = server.bodies("search")
-    assert body["path_prefix"] == obf["pkg0"] and body["top_k"] == 5
+    assert body["path_prefix"] == obf["pkg0"] and body["top_k"] == 5 and "score" not in body
     assert [(h.path, h.start, h.score) for h in hits] == [("pkg0/sub0/mod0.py", 1, 0.9)]
     assert hits[0].text.startswith("def f0_0(x):")
     assert report.workspace_id in server.trees

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from codeindex.embedding.terms import code_terms
 from codeindex.embedding.tokenizer import train_code_tokenizer
+from codeindex.terms import code_terms
 from tests.codeindex.embedding.tiny import CORPUS
 
 

@@ -146,6 +146,23 @@ def test_a_path_prefix_limits_the_results(server: Server) -> None:
     assert [h["path"] for h in hits["results"]] == [obf("src/net/http.py")]
 
 
+def test_a_search_scores_the_listed_chunks_of_its_own_tree(server: Server) -> None:
+    w = workspace()
+    server.sync(w)
+    stranger = Workspace({"x.py": ["def parse_json(): theirs"]})
+    server.sync(stranger)
+    hits = server.search(w.ws, "parse json text", top_k=1).json()["results"]
+    mine = [chunk_hash(t) for texts in w.files.values() for t in texts]
+    theirs = chunk_hash(stranger.files["x.py"][0])
+    answer = server.search(w.ws, "parse json text", top_k=1, score=[*mine, theirs, "e" * 64])
+    assert answer.json()["results"] == hits  # the ranking is unchanged
+    scores = answer.json()["scores"]
+    assert sorted(scores) == sorted(mine)  # the content proof: only chunks of w's tree
+    assert scores[hits[0]["chunk"]] == pytest.approx(hits[0]["score"], abs=2e-3)
+    assert max(scores, key=scores.__getitem__) == hits[0]["chunk"]
+    assert "scores" not in server.search(w.ws, "parse json text").json()  # not asked: as before
+
+
 def test_chunks_outside_the_tree_are_not_embedded(server: Server) -> None:
     w = workspace()
     server.sync(w)
@@ -173,6 +190,8 @@ def bad_requests(w: Workspace) -> list[tuple[str, str, Any, int, str]]:
         ("POST", "search", {"query": ""}, 400, "query"),
         ("POST", "search", {"query": "x", "top_k": 101}, 400, "top_k"),
         ("POST", "search", {"query": "x", "path_prefix": "/etc"}, 400, "obfuscated path"),
+        ("POST", "search", {"query": "x", "score": ["abc"]}, 400, "SHA-256"),
+        ("POST", "search", {"query": "x", "score": "abc"}, 400, "JSON array"),
     ]  # fmt: skip
 
 
@@ -210,7 +229,7 @@ def test_unknown_workspaces_bad_ids_and_keys(server: Server) -> None:
 
 
 def test_limits_answer_413(tmp_path: Path) -> None:
-    server = Server(tmp_path, max_chunks=2, max_files=2, max_chunk_body_bytes=1000)
+    server = Server(tmp_path, max_chunks=2, max_files=2, max_chunk_body_bytes=1000, max_scored=2)
     w = workspace()
     server.sync(Workspace({"a.py": ["x"]}, ws=w.ws))
     chunks = [{"hash": chunk_hash(str(i)), "text": str(i)} for i in range(3)]
@@ -219,6 +238,7 @@ def test_limits_answer_413(tmp_path: Path) -> None:
     assert server.post(w.ws, "chunks", {"chunks": big}).status_code == 413
     files = {"upserts": [e.to_json() for e in w.entries()], "deletes": []}
     assert server.post(w.ws, "files", files).status_code == 413
+    assert server.search(w.ws, "x", score=[chunk_hash(str(i)) for i in range(3)]).status_code == 413
 
 
 def test_a_broker_that_refuses_changes_nothing_and_answers_503(server: Server) -> None:

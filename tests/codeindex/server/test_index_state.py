@@ -97,6 +97,22 @@ def test_content_proof_a_workspace_finds_only_its_own_chunks() -> None:
     assert {h.chunk for h in hits} == {chunk_hash("completely different words")}
 
 
+def test_scores_are_the_search_cosines_of_the_workspaces_own_embedded_chunks() -> None:
+    other = Workspace({"secret.py": ["def parse_json(text): return loads(text)"]})
+    state = IndexState(EMB.dim)
+    load(state, PARSER)
+    load(state, other)
+    load(state, Workspace({"late.py": ["parse json later"]}, ws=PARSER.ws), embed=False)
+    q = query("parse json")
+    found = {h.chunk: h.score for h in state.search(PARSER.ws, q, 10)}
+    asked = [*found, chunk_hash("parse json later"), other.entries()[0].chunks[0].hash, "f" * 64]
+    scores = state.scores(PARSER.ws, q, asked)
+    assert scores.keys() == found.keys()  # not embedded, another workspace's, unknown: left out
+    for chunk, cosine in found.items():
+        assert scores[chunk] == pytest.approx(cosine, abs=2e-3)
+    assert state.scores("no-such-workspace", q, asked) == {}
+
+
 def test_an_embedding_arriving_before_or_after_its_file_ends_in_the_index() -> None:
     text = "def parse_json(text): pass"
     w = Workspace({"x.py": [text]})

@@ -31,5 +31,26 @@ def test_fusions_combine_both_rankers() -> None:
     lexical = np.array([[0.0, 5.0, 4.0]])
     rrf = quality.reciprocal_rank_fusion(dense, lexical)
     assert rrf[0].argmax() == 1  # second by dense, first by BM25: best overall
-    weighted = quality.weighted_fusion(dense, lexical, 0.5)
+    weighted = quality.index_hybrid(dense, lexical, 0.5)
     np.testing.assert_allclose(weighted, [[0.45, 0.9, 0.45]])
+
+
+def test_the_index_hybrid_fuses_only_the_candidates_of_either_ranker() -> None:
+    # 60 items: dense prefers the first 50, BM25 only item 59; the rest is no candidate.
+    dense = np.linspace(0.9, 0.0, 60)[None, :]
+    lexical = np.zeros((1, 60))
+    lexical[0, 59] = 3.0
+    fused = quality.index_hybrid(dense, lexical, 0.5)
+    assert np.isinf(fused[0, 50:59]).all() and fused[0, 59] == 0.5 + 0.5 * dense[0, 59]
+    np.testing.assert_allclose(fused[0, :50], 0.5 * dense[0, :50])
+    assert quality.ranks_of(fused, [59]).tolist() == [1]
+
+
+def test_the_client_bm25_equals_bm25s() -> None:
+    corpus = ["def read_json(path): return json.load(path)", "def send_mail(to): smtp(to)",
+              "JSON = 1  # json"]  # fmt: skip
+    queries = ["read json", "mail to", "zzz"]
+    np.testing.assert_allclose(
+        quality.client_bm25_scores(corpus, queries), quality.bm25_scores(corpus, queries),
+        rtol=1e-5,
+    )  # fmt: skip

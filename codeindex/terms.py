@@ -1,8 +1,9 @@
 """The lexical side's tokenisation (BM25): code and queries → lower-case word terms, identifiers
 split on snake_case and camelCase, so ``getHTTPResponse`` and "get the HTTP response" share
 ``get http response``. Stdlib only: the client, which holds the code, runs the lexical ranker
-(a server-side term dictionary would be code at rest; docs/index.md). The embedder's tokenizer
-splits identifiers the same way (``tokenizer.py``).
+(a server-side term dictionary would be code at rest; docs/index.md), so this module sits
+outside ``codeindex.embedding`` (torch). The embedder's tokenizer splits identifiers the same
+way (``codeindex/embedding/tokenizer.py``).
 """
 
 from __future__ import annotations
