@@ -95,6 +95,25 @@ class ByteSize(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def listen_options(default_port: int) -> Callable[[F], F]:
+    """``--host`` and ``--port`` of a server command (parameters ``host``, ``port``); every
+    server has its own default port (docs/cli.md, "Ports")."""
+
+    def decorate(f: F) -> F:
+        f = click.option(
+            "--port",
+            default=default_port,
+            show_default=True,
+            type=click.IntRange(1, 65535),
+            help="HTTP port (docs/cli.md lists every server's).",
+        )(f)
+        return click.option(
+            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
+        )(f)
+
+    return decorate
+
+
 def parse_topics(values: Iterable[str]) -> dict[str, str | None]:
     """``--topic`` values (``NAME``, ``NAME=SCHEMA`` or comma lists of them) → {name: schema or
     None}, in order. A name given again with a schema takes it (``--topic a --topic a=rewards``).

@@ -29,7 +29,7 @@ from flywheel.metrics import (
     metrics_endpoint,
     metrics_options,
 )
-from flywheel.options import Duration, status_every_option, topic_option
+from flywheel.options import Duration, listen_options, status_every_option, topic_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from flywheel.tables import Column, json_option, print_records
@@ -152,14 +152,7 @@ def run(once: bool, **options: Any) -> None:
 
 @features.command()
 @_processor_options
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=DEFAULT_PORT,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="HTTP port (docs/cli.md lists every server's).",
-)
+@listen_options(DEFAULT_PORT)
 def serve(host: str, port: int, **options: Any) -> None:
     """Compute features online and serve them over HTTP until Ctrl-C.
 

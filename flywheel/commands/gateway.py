@@ -10,6 +10,7 @@ import click
 
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
+from flywheel.options import listen_options
 from flywheel.settings import Settings
 from flywheel.tables import Column, json_option, note, print_records
 from streams.gateway.keys import ApiKeyStore, default_key_path
@@ -29,14 +30,7 @@ def gateway() -> None:
 
 
 @gateway.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=8088,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="HTTP port (docs/cli.md lists every server's).",
-)
+@listen_options(8088)
 @click.option(
     "--max-body-bytes",
     default=1_048_576,

@@ -19,6 +19,7 @@ from flywheel.commands.serve import default_replica_id
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
 from flywheel.metrics import metrics_endpoint, metrics_options
+from flywheel.options import listen_options
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
@@ -103,14 +104,7 @@ def build_index_server(
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=DEFAULT_PORT,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="HTTP port (docs/cli.md lists every server's).",
-)
+@listen_options(DEFAULT_PORT)
 @click.option(
     "--embedder",
     "embedder_dir",

@@ -22,7 +22,7 @@ import click
 from flywheel.console import err, out
 from flywheel.listen import listen, run_server
 from flywheel.metrics import metrics_endpoint, metrics_options
-from flywheel.options import status_every_option
+from flywheel.options import listen_options, status_every_option
 from flywheel.settings import Settings
 
 if TYPE_CHECKING:
@@ -143,14 +143,7 @@ def report_status(
     default=None,
     help="This replica's id in acks and metrics. Default: <hostname>-<pid>.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
-    "--port",
-    default=DEFAULT_PORT,
-    show_default=True,
-    type=click.IntRange(1, 65535),
-    help="HTTP port (docs/cli.md lists every server's).",
-)
+@listen_options(DEFAULT_PORT)
 @click.option(
     "--max-batch",
     default=None,
