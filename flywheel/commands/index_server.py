@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from codeindex.server.embedder import ChunkEmbedder
     from codeindex.server.events import IndexEventLog, IndexFollower, IndexTopics
     from codeindex.server.service import IndexService
+    from model_registry.registry import ModelRegistry
     from streams.gateway.keys import ApiKeyStore
 
 DEFAULT_PORT = 8092  # the gateway has 8088, features 8090, model serving 8091 (docs/cli.md)
@@ -52,6 +53,34 @@ def load_embedder(directory: Path | None) -> ChunkEmbedder:
         ) from None
     embedder: ChunkEmbedder = load_default_embedder() if directory is None else load_from(directory)
     return embedder
+
+
+def registered_embedder_dir(registry: ModelRegistry, spec: str) -> Path:
+    """The artifact directory of the registry's embedder ``spec``: ``NAME`` (the version its
+    production channel points at) or ``NAME:VERSION`` (as `flywheel learn --recipe
+    code-embedder` registers them), verified against its registered hash first, as a serving
+    replica verifies its model. ModelRegistryError (ArtifactError) naming the fix for an
+    unknown name or version, no production version, or a changed or missing artifact."""
+    from model_registry.artifacts import verify_artifact
+    from model_registry.errors import ModelRegistryError
+    from schemas.enums import Channel
+
+    name, _, version = spec.partition(":")
+    if version:
+        if not version.isdigit():
+            raise ModelRegistryError(f"{spec!r}: the version after ':' must be a number")
+        state = registry.version(name, int(version))
+        uri, sha256 = state.artifact.uri, state.artifact.sha256
+    else:
+        production = registry.channels(name).get(Channel.PRODUCTION)
+        if production is None:
+            raise ModelRegistryError(
+                f"{name} has no production version; name one as {name}:VERSION (`flywheel "
+                f"models list --model {name}`) or train one (`flywheel learn --recipe "
+                "code-embedder`)"
+            )
+        uri, sha256 = production.artifact_uri, production.artifact_sha256
+    return verify_artifact(uri, sha256)
 
 
 @dataclass
@@ -114,6 +143,14 @@ def build_index_server(
     "Default: the one shipped with the package.",
 )
 @click.option(
+    "--embedder-model",
+    "embedder_model",
+    metavar="NAME[:VERSION]",
+    default=None,
+    help="A registered embedder instead (`flywheel learn --recipe code-embedder --model NAME`): "
+    "its production version, or VERSION; its artifact is verified, then loaded.",
+)
+@click.option(
     "--replica-id",
     default=None,
     help="This server's id in events' producer field. Default: <hostname>-<pid>.",
@@ -141,6 +178,7 @@ def serve(
     host: str,
     port: int,
     embedder_dir: Path | None,
+    embedder_model: str | None,
     replica_id: str | None,
     files_topic: str,
     embeddings_topic: str,
@@ -159,8 +197,16 @@ def serve(
     from codeindex.server.events import IndexTopics
     from streams.gateway.keys import ApiKeyStore, default_key_path
 
+    if embedder_dir is not None and embedder_model is not None:
+        raise click.UsageError("pass --embedder DIR or --embedder-model NAME, not both")
     settings = Settings.from_env()
     sock = listen(host, port)  # before the slow parts: a busy port fails fast and clearly
+    if embedder_model is not None:
+        from flywheel.clients import codec
+        from model_registry.registry import ModelRegistry
+
+        registry = ModelRegistry(settings.kafka_client_config(), codec(settings))
+        embedder_dir = registered_embedder_dir(registry, embedder_model)
     embedder = load_embedder(embedder_dir)
     keys = None if no_auth else ApiKeyStore(default_key_path(settings.home))
     if keys is not None and not any(not r.revoked for r in keys.records()):

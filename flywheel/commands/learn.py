@@ -46,7 +46,7 @@ def _log(message: str) -> None:
     "model_name",
     default=None,
     help=f"Model to train; only its own reward rows are used. Default: {GATE_MODEL} (gate), "
-    "the config's model_name (agent-sft, agent).",
+    "the config's model_name (agent-sft, agent, code-embedder).",
 )
 @click.option(
     "--config",

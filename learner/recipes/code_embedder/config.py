@@ -19,6 +19,9 @@ DEFAULT_CONFIG = Path(__file__).parent / "configs" / "default.yaml"
 class PairsConfig:
     """Which mined (query, code) pairs train the model."""
 
+    # Top-level packages or modules to mine under the stdlib and site-packages (a short run's
+    # sources, e.g. ["json", "email"]); empty: all of them.
+    packages: tuple[str, ...] = ()
     max_per_package: int = 3000  # the biggest packages (torch, sympy...) would crowd out the rest
     max_pairs: int = 40_000  # a seeded sample of at most this many
     name_query_share: float = 0.2  # share of pairs whose query is the function's name in words
@@ -26,6 +29,9 @@ class PairsConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.packages, str) or not all(isinstance(p, str) for p in self.packages):
+            raise LearnerError(f"pairs.packages must be a list of names, not {self.packages!r}")
+        object.__setattr__(self, "packages", tuple(self.packages))  # YAML gives a list
         if not 0.0 <= self.name_query_share <= 1.0:
             raise LearnerError(f"name_query_share {self.name_query_share} is not in [0, 1]")
 
@@ -71,4 +77,6 @@ class CodeEmbedderConfig:
     def digest(self) -> str:
         """12 hex of the settings that determine the weights (all but the model's name)."""
         settings = dataclasses.asdict(dataclasses.replace(self, model_name=""))
+        if not self.pairs.packages:  # every source, as before the key: earlier digests still hold
+            del settings["pairs"]["packages"]
         return hashlib.sha256(repr(sorted(settings.items())).encode()).hexdigest()[:12]

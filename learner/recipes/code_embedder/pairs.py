@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeindex.terms import code_terms
+from learner.errors import TrainingDataError
 
 # Mid-size pure-Python packages in the platform's environment, used only by bench/index_quality.py.
 HELD_OUT = ("rich", "click", "httpx", "starlette", "yaml", "jinja2")
@@ -123,21 +124,48 @@ def name_words(name: str) -> str:
     return " ".join(code_terms(name)) or name
 
 
-def mine_functions(roots: Iterable[Path]) -> tuple[list[Function], list[Function]]:
-    """(training functions, held-out functions) of every Python file under ``roots``."""
+def mine_functions(
+    roots: Iterable[Path], packages: Iterable[str] = ()
+) -> tuple[list[Function], list[Function]]:
+    """(training functions, held-out functions) of every Python file under ``roots``, or with
+    ``packages`` only of those top-level packages or modules under them (``json``,
+    ``email``...), the held-out packages always mined too so that copies of their code stay
+    out of the training set. TrainingDataError for a package found under none of the roots."""
+    roots = list(roots)
     training: list[Function] = []
     held_out: list[Function] = []
+    wanted = set(packages)
+    found: set[str] = set()
     for root in roots:
-        for path in python_files(root):
+        for path in _source_files(root, wanted | HELD_OUT_NAMES if wanted else set()):
             relative = path.relative_to(root)
             package = relative.parts[0].removesuffix(".py")
+            found.add(package)
             try:
                 source = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
-            found = functions_of(source, package, str(relative))
-            (held_out if is_held_out(path, root) else training).extend(found)
+            functions = functions_of(source, package, str(relative))
+            (held_out if is_held_out(path, root) else training).extend(functions)
+    if missing := sorted(wanted - found):
+        raise TrainingDataError(
+            f"pairs.packages names {missing}, with no Python file under any of "
+            f"{[str(r) for r in roots]}; name top-level packages or modules of those folders"
+        )
     return training, held_out
+
+
+def _source_files(root: Path, packages: set[str]) -> Iterator[Path]:
+    """``python_files(root)``, or with ``packages`` those of its folders and modules by name."""
+    if not packages:
+        yield from python_files(root)
+        return
+    for name in sorted(packages):
+        module = root / f"{name}.py"
+        if module.is_file() and module.stat().st_size <= MAX_FILE_BYTES:
+            yield module
+        if (root / name).is_dir() and name not in SKIPPED_DIRS:
+            yield from python_files(root / name)
 
 
 def training_pairs(

@@ -54,12 +54,13 @@ class TrainedEmbedder:
 
 
 def mined_pairs(run_dir: Path, config: PairsConfig, log: Callable[[str], None]) -> list[CodePair]:
-    """The training pairs (cached in ``run_dir/pairs.jsonl``: mining parses every file, ~1 min)."""
+    """The training pairs (cached in ``run_dir/pairs.jsonl``: mining every source parses
+    every file, ~1 min; ``config.packages`` restricts the sources)."""
     cache = run_dir / "pairs.jsonl"
     if cache.is_file():
         return [CodePair(**json.loads(line)) for line in cache.read_text().splitlines()]
     started = time.monotonic()
-    training, held_out = mine_functions(source_roots())
+    training, held_out = mine_functions(source_roots(), config.packages)
     pairs = training_pairs(training, held_out, max_per_package=config.max_per_package)
     random.Random(config.seed).shuffle(pairs)
     pairs = pairs[: config.max_pairs]
@@ -102,7 +103,7 @@ def train_embedder(
         max_tokens=config.model.max_tokens,
         recipe_commit=_commit(),
         training={
-            "sources": "the standard library and site-packages (sysconfig paths)",
+            "sources": _sources(config.pairs),
             "held_out": list(HELD_OUT),
             "pairs": len(pairs),
             "packages": len(packages),
@@ -155,6 +156,13 @@ def _train(
         return train_contrastive(
             embedder, queries, codes, config.train, seed=config.seed, on_step=on_step
         )
+
+
+def _sources(config: PairsConfig) -> str:
+    everything = "the standard library and site-packages (sysconfig paths)"
+    if not config.packages:
+        return everything
+    return f"{', '.join(config.packages)} in {everything}"
 
 
 def _commit() -> str | None:

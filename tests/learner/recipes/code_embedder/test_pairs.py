@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from learner.errors import TrainingDataError
 from learner.recipes.code_embedder.pairs import (
     HELD_OUT,
     first_sentence,
@@ -100,6 +103,31 @@ def test_no_held_out_function_reaches_the_training_pairs(tmp_path: Path) -> None
     ]  # fmt: skip
     assert pairs[0].name_query == "user home" and "password" not in pairs[0].code
     assert len(training_pairs(training, held_out, max_per_package=1)) == 1
+
+
+def test_packages_restrict_the_sources_and_the_held_out_packages_are_still_mined(
+    tmp_path: Path,
+) -> None:
+    copied = 'def render(self, w):\n    """Render the table at a width."""\n    return w[:2]\n'
+    _write(tmp_path, "rich/table.py", copied)
+    _write(tmp_path, "tool/core.py", copied.replace("Render the", "Draw the"))
+    _write(
+        tmp_path, "tool/more.py", 'def f(a):\n    """Add one to the number."""\n    return a + 1\n'
+    )
+    _write(tmp_path, "single.py", SOURCE)
+    _write(tmp_path, "other/core.py", SOURCE.replace("user_home", "other_home"))
+    training, held_out = mine_functions([tmp_path], ["tool", "single"])
+    assert {f.package for f in training} == {"tool", "single"}  # not "other"
+    assert {f.package for f in held_out} == {"rich"}
+    pairs = training_pairs(training, held_out, max_per_package=100)
+    # rich's code under another name is dropped
+    assert [(p.package, p.query) for p in pairs] == [
+        ("single", "Return the home directory of a user."),
+        ("single", "Load the value stored under a key."),
+        ("tool", "Add one to the number."),
+    ]
+    with pytest.raises(TrainingDataError, match=r"\['nowhere'\]"):
+        mine_functions([tmp_path], ["tool", "nowhere"])
 
 
 def test_the_real_held_out_packages_exist_and_none_is_a_training_file() -> None:
