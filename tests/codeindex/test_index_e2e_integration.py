@@ -214,9 +214,14 @@ def test_no_canary_reaches_the_server_side_and_only_holders_find_a_chunk(
     assert leaked((logs + captured.out + captured.err).encode()) == []
     written = [p for p in harness.home.rglob("*") if p.is_file()]
     assert written and leaked(b"".join(p.read_bytes() for p in written)) == []
-    # The client's own state (outside the workspace) holds no text either: hashes and paths.
+    # The client's own state (outside the workspace) holds no text either: hashes and paths,
+    # and, in `terms.jsonl` only, the term counts its BM25 ranks with (code-derived data that
+    # stays on the client: docs/index.md).
     client_files = [p for p in harness.state_root.rglob("*") if p.is_file()]
-    assert CODE_CANARY.encode() not in b"".join(p.read_bytes() for p in client_files)
+    terms = [p for p in client_files if p.name == "terms.jsonl"]
+    assert terms and CODE_CANARY.encode() in b"".join(p.read_bytes() for p in terms)
+    others = [p for p in client_files if p.name != "terms.jsonl"]
+    assert CODE_CANARY.encode() not in b"".join(p.read_bytes() for p in others)
 
 
 def test_an_unchanged_resync_sends_one_hash_and_an_edit_uploads_only_new_chunks(
