@@ -169,7 +169,13 @@ def watermarks(
 
 def _assign_from_beginning(consumer: Consumer, topic: str, timeout_s: float) -> dict[int, int]:
     """Assign every non-empty partition of ``topic`` from its low watermark; partition → end."""
-    metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except KafkaException as exc:  # no broker answered within the timeout
+        raise TopicIOError(
+            f"cannot read topic {topic}: {exc.args[0] if exc.args else exc}; is the broker up? "
+            "(`flywheel stack up`, or check FLYWHEEL_BOOTSTRAP_SERVERS)"
+        ) from exc
     if metadata is None or metadata.error is not None or not metadata.partitions:
         raise TopicIOError(
             f"topic {topic} does not exist; create the platform's topics with "
