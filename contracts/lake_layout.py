@@ -136,6 +136,13 @@ def file_path(lake: Path, topic: str, partition: int, first: int, last: int, hou
     return hour_dir(lake, topic, hour) / file_name(topic, partition, first, last)
 
 
+def topic_dirs(lake: Path) -> list[str]:
+    """The topic directories of `lake` (names not starting with '.'), sorted; [] without one."""
+    if not lake.is_dir():
+        return []
+    return sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def scan_topic(lake: Path, topic: str) -> TopicScan:
     """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty);
     superseded files go to `superseded`, not `files` (module docstring)."""

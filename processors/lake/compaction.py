@@ -43,11 +43,12 @@ from contracts.lake_layout import (
     file_name,
     parse_hour_dir,
     scan_topic,
+    topic_dirs,
 )
-from ground.durable import fsync_dir
 from processors.lake.erasure import RetentionReport, retain
 from processors.lake.errors import LakeError
 from processors.lake.maintenance import maintenance_lock
+from processors.lake.resume import delete_superseded
 from processors.lake.writer import write_parquet_atomically
 
 MIB = 1024 * 1024
@@ -143,15 +144,8 @@ def merge_run(run: CompactionRun) -> int:
             f"merging into {run.target.name} gave {table.num_rows} rows, not {expected}"
         )
     size = write_parquet_atomically(table, run.target)
-    remove_inputs(run)
+    delete_superseded(run.files)  # the inputs, superseded by `run.target` since its rename
     return size
-
-
-def remove_inputs(run: CompactionRun) -> None:
-    """Delete a merged run's inputs (now superseded by `run.target`) and fsync the directory."""
-    for f in run.files:
-        f.path.unlink(missing_ok=True)
-    fsync_dir(run.target.parent)
 
 
 def plan(
@@ -181,13 +175,6 @@ def _size(path: Path) -> int:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0  # gone since the scan (a rewrite in flight): sizes only steer the selection
-
-
-def lake_topics(lake: Path) -> list[str]:
-    """The topic directories of `lake` (names not starting with '.'), sorted."""
-    if not lake.is_dir():
-        return []
-    return sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def compact_lake(
@@ -221,7 +208,7 @@ def compact_lake(
         if retention_days is not None:
             remove = _keep if dry_run else shutil.rmtree
             report.retention = retain(lake, retention_days, now=now, remove=remove)
-        for topic in topics if topics is not None else lake_topics(lake):
+        for topic in topics if topics is not None else topic_dirs(lake):
             runs, stats = plan(lake, topic, now=now, min_age_s=min_age_s, target_bytes=target_bytes)
             report.topics[topic] = stats
             for done, run in enumerate(runs, 1):

@@ -22,7 +22,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from contracts.lake_layout import scan_topic
+from contracts.lake_layout import scan_topic, topic_dirs
 from processors.lake.errors import MaintenanceLockError
 from processors.lake.resume import delete_superseded
 
@@ -114,8 +114,8 @@ def recover_superseded(lake: Path) -> int:
     """Delete every superseded file of every topic in `lake`; returns how many. Call it with
     the maintenance lock held (the sink deletes its own partitions' on assignment)."""
     deleted = 0
-    for topic_dir in sorted(p for p in lake.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        scan = scan_topic(lake, topic_dir.name)
+    for topic in topic_dirs(lake):
+        scan = scan_topic(lake, topic)
         deleted += delete_superseded(f for files in scan.superseded.values() for f in files)
     if deleted:
         log.warning("deleted %d superseded files a crashed compaction left in %s", deleted, lake)
