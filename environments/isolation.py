@@ -38,7 +38,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,10 +79,13 @@ def python_executable() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 
-def bwrap_argv(bwrap: str, work: Path, runner: Path, filter_fd: int | None) -> list[str]:
+def bwrap_argv(
+    bwrap: str, work: Path, runner: Path, filter_fd: int | None, modules: Sequence[Path] = ()
+) -> list[str]:
     """The ``bwrap`` command that runs ``runner`` (read-only at :data:`RUNNER_PATH`) with ``work``
     as its only writable directory (at :data:`WORK_DIR`), loading the seccomp filter that
-    ``filter_fd`` holds (:func:`process_filter_fd`; pass it to the child)."""
+    ``filter_fd`` holds (:func:`process_filter_fd`; pass it to the child). ``modules`` are bound
+    read-only beside the runner under their own names (modules it imports)."""
     argv = [
         bwrap,
         "--unshare-all", "--unshare-user",  # user, PID, network, IPC, UTS, cgroup namespaces
@@ -109,6 +112,10 @@ def bwrap_argv(bwrap: str, work: Path, runner: Path, filter_fd: int | None) -> l
         "--dev", "/dev",
         "--bind", str(work), WORK_DIR,
         "--ro-bind", str(runner), RUNNER_PATH,
+    ]  # fmt: skip
+    for module in modules:
+        argv += ["--ro-bind", str(module), str(Path(RUNNER_PATH).with_name(module.name))]
+    argv += [
         "--remount-ro", "/",
         "--chdir", WORK_DIR,
     ]  # fmt: skip

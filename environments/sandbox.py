@@ -35,7 +35,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -60,12 +60,12 @@ CRASHED = "crashed"
 STATUSES = (OK, SYNTAX_ERROR, RUNTIME_ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, FORBIDDEN, CRASHED)
 
 _RUNNER = Path(__file__).with_name("sandbox_runner.py")
-_VERDICT = ".verdict"  # the runner's claims, a file of its own: a program that fills stdout
+VERDICT = ".verdict"  # the runner's claims, a file of its own: a program that fills stdout
 # to the size limit cannot crowd them out
-_MAX_REPR = 4096  # the runner cuts each output there; a longer claim is malformed
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # an exception class name, nothing else
+MAX_REPR = 4096  # the runner cuts each output there; a longer claim is malformed
+EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")  # a class name, nothing else
 # The audit hook's refused events, as the runner names them (the reason's vocabulary).
-_REFUSED = re.compile(
+REFUSED_EVENT = re.compile(
     r"open|os\.(system|exec\w*|posix_spawn\w*|spawn\w*|fork|forkpty|kill|killpg|remove|rmdir|"
     r"rename|mkdir|chmod|chown|symlink|link|truncate|utime)|subprocess\.Popen|"
     r"signal\.pthread_kill|socket\.\w+|ctypes\.\w+|shutil\.\w+"
@@ -110,56 +110,96 @@ def run_program(
     isolation = require_isolation()
     limits = limits or SandboxLimits()
     started = time.monotonic()
-    failed: tuple[str | None, ...] = (None,) * len(inputs)
     source = prelude + "\n" + code
-    syntax = _syntax_error(source)
+    syntax = syntax_error(source)
     if syntax is not None:  # nothing of the program runs
-        return RunResult(SYNTAX_ERROR, syntax, failed, _ms(started))
-    work = Path(tempfile.mkdtemp(prefix="flywheel-sandbox-"))  # 0700: this run's alone
+        return RunResult(SYNTAX_ERROR, syntax, (None,) * len(inputs), _ms(started))
     request = {"source": source, "function": function, "inputs": list(inputs),
                "limits": asdict(limits)}  # fmt: skip
+    with work_dir() as work:
+        status, reason, outputs = run_calls(isolation, _RUNNER, work, request, limits, len(inputs))
+    return RunResult(status, reason, outputs, _ms(started))
+
+
+@contextlib.contextmanager
+def work_dir() -> Iterator[Path]:
+    """A fresh work dir for one run (``mkdtemp``: mode 0700, this run's alone), removed after."""
+    work = Path(tempfile.mkdtemp(prefix="flywheel-sandbox-"))
     try:
-        status, reason, outputs = _run_child(isolation, work, json.dumps(request), limits,
-                                             len(inputs))  # fmt: skip
-    except OSError as exc:  # the sandbox itself could not start: still a scored failure
-        status, reason, outputs = CRASHED, f"sandbox failed to start ({exc.strerror})", failed
+        yield work
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return RunResult(status, reason, outputs, _ms(started))
+
+
+def run_calls(
+    isolation: Isolation,
+    runner: Path,
+    work: Path,
+    request: Mapping[str, object],
+    limits: SandboxLimits,
+    n: int,
+    modules: Sequence[Path] = (),
+) -> tuple[str, str, tuple[str | None, ...]]:
+    """Run a runner that answers ``n`` calls with :class:`_Claims` (sandbox_runner.py, or
+    repo_runner.py's "calls" mode) and decide the status, reason and outputs from its validated
+    claims. Never raises: a sandbox that cannot start is a ``crashed`` run."""
+    failed: tuple[str | None, ...] = (None,) * n
+    try:
+        ended, reason = run_child(isolation, runner, work, json.dumps(request), limits, modules)
+    except OSError as exc:  # the sandbox itself could not start: still a scored failure
+        return CRASHED, f"sandbox failed to start ({exc.strerror})", failed
+    if ended is not None:
+        return ended, reason, failed
+    claims = _claims(work / VERDICT, n)
+    if claims is None:
+        return CRASHED, f"{reason}, no verdict", failed
+    return _verdict(claims, limits, n)
 
 
 def _ms(started: float) -> int:
     return round((time.monotonic() - started) * 1000)
 
 
-def _syntax_error(source: str) -> str | None:
+def syntax_error(source: str, filename: str = "<completion>") -> str | None:
     """The parser's complaint about ``source`` (run here, before anything runs), or None. The
     parser only reads the text; its message names the line, never anything of the host."""
     try:
-        compile(source, "<completion>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        compile(source, filename, "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     return None
 
 
-def _command(isolation: Isolation, work: Path, filter_fd: int | None) -> list[str]:
+def _command(
+    isolation: Isolation, runner: Path, work: Path, filter_fd: int | None, modules: Sequence[Path]
+) -> list[str]:
     python = [python_executable(), "-I", "-S", "-B"]
     if isolation.available and isolation.bwrap is not None:
-        return [*bwrap_argv(isolation.bwrap, work, _RUNNER, filter_fd), *python, RUNNER_PATH]
-    return [*python, str(_RUNNER)]  # the operator trusts the code: no boundary
+        argv = bwrap_argv(isolation.bwrap, work, runner, filter_fd, modules)
+        return [*argv, *python, RUNNER_PATH]
+    return [*python, str(runner)]  # the operator trusts the code: no boundary
 
 
-def _run_child(
-    isolation: Isolation, work: Path, request: str, limits: SandboxLimits, n: int
-) -> tuple[str, str, tuple[str | None, ...]]:
-    failed = (None,) * n
+def run_child(
+    isolation: Isolation,
+    runner: Path,
+    work: Path,
+    request: str,
+    limits: SandboxLimits,
+    modules: Sequence[Path] = (),
+) -> tuple[str | None, str]:
+    """Run ``runner`` (a stdlib script; ``modules`` beside it) with ``request`` on its stdin and
+    ``work`` as its work dir, inside the boundary, and kill whatever is left when it ends or at
+    the wall deadline. Returns (TIMEOUT or OUTPUT_LIMIT, reason) when the deadline or a limit
+    signal ended it, else (None, "exit status N"): its claims are then the last line of
+    ``work / VERDICT``, to be validated. Raises OSError when the sandbox could not start."""
     with (
         open(work / ".stdout", "wb") as out,
         open(work / ".stderr", "wb") as err,
         process_filter_fd() as filter_fd,
     ):
         child = subprocess.Popen(
-            _command(isolation, work, filter_fd),
+            _command(isolation, runner, work, filter_fd, modules),
             pass_fds=() if filter_fd is None else (filter_fd,),
             cwd=work,
             stdin=subprocess.PIPE,
@@ -177,18 +217,30 @@ def _run_child(
         finally:
             _kill_group(child)
     if timed_out:
-        return TIMEOUT, f"wall time over {limits.wall_s:g}s", failed
+        return TIMEOUT, f"wall time over {limits.wall_s:g}s"
     code = child.returncode
     # bwrap reports its command's death by a signal as exit status 128 + signal
     killed = -code if code < 0 else code - 128 if code > 128 else 0
     if killed in (signal.SIGXCPU, signal.SIGKILL):
-        return TIMEOUT, f"CPU time over {limits.cpu_s}s", failed
+        return TIMEOUT, f"CPU time over {limits.cpu_s}s"
     if killed == signal.SIGXFSZ:
-        return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes", failed
-    claims = _claims(work / _VERDICT, n)
-    if claims is None:
-        return CRASHED, f"exit status {code}, no verdict", failed
-    return _verdict(claims, limits, n)
+        return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes"
+    return None, f"exit status {code}"
+
+
+def limit_verdict(
+    limit: str | None, refused: str | None, limits: SandboxLimits
+) -> tuple[str, str] | None:
+    """The status and reason of a run whose (validated) claims say it hit a limit or was refused
+    an operation; None when neither."""
+    if limit == "memory":
+        return MEMORY, f"memory (address space) over {limits.memory_bytes >> 20} MiB"
+    if limit == "output":
+        return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes"
+    if refused is not None:
+        where = " outside the work dir" if _OUTSIDE.fullmatch(refused) else " not allowed"
+        return FORBIDDEN, f"{refused}{where}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -207,13 +259,9 @@ def _verdict(
 ) -> tuple[str, str, tuple[str | None, ...]]:
     """The run's status and reason, decided here from validated claims."""
     failed: tuple[str | None, ...] = (None,) * n
-    if claims.limit == "memory":
-        return MEMORY, f"memory (address space) over {limits.memory_bytes >> 20} MiB", failed
-    if claims.limit == "output":
-        return OUTPUT_LIMIT, f"wrote more than {limits.file_bytes} bytes", failed
-    if claims.refused is not None:
-        where = " outside the work dir" if _OUTSIDE.fullmatch(claims.refused) else " not allowed"
-        return FORBIDDEN, f"{claims.refused}{where}", failed
+    ended = limit_verdict(claims.limit, claims.refused, limits)
+    if ended is not None:
+        return *ended, failed
     if claims.define_error == "undefined":
         return RUNTIME_ERROR, "the code does not define the function", failed
     if claims.define_error is not None:
@@ -239,19 +287,19 @@ def _claims(verdict: Path, n: int) -> _Claims | None:
     outputs, errors = raw["outputs"], raw["errors"]
     shaped = (
         isinstance(outputs, list) and len(outputs) == n
-        and all(o is None or (isinstance(o, str) and len(o) <= _MAX_REPR) for o in outputs)
+        and all(o is None or (isinstance(o, str) and len(o) <= MAX_REPR) for o in outputs)
         and isinstance(errors, list) and len(errors) == n
-        and all(_matches(_NAME, e) for e in errors)
+        and all(matches(EXCEPTION_NAME, e) for e in errors)
         and raw["limit"] in (None, "memory", "output")
-        and _matches(_REFUSED, raw["refused"])
-        and _matches(_NAME, raw["define_error"])
+        and matches(REFUSED_EVENT, raw["refused"])
+        and matches(EXCEPTION_NAME, raw["define_error"])
     )  # fmt: skip
     if not shaped:
         return None
     return _Claims(tuple(outputs), tuple(errors), raw["define_error"], raw["refused"], raw["limit"])
 
 
-def _matches(pattern: re.Pattern[str], value: object) -> bool:
+def matches(pattern: re.Pattern[str], value: object) -> bool:
     """None, or a string the whole of which ``pattern`` matches."""
     return value is None or (isinstance(value, str) and pattern.fullmatch(value) is not None)
 

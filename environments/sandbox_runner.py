@@ -20,7 +20,7 @@ from typing import Any
 _MAX_REPR = 4096  # an output longer than this is wrong for any task here
 
 
-def _apply_limits(limits: dict[str, int]) -> None:
+def apply_limits(limits: dict[str, int]) -> None:
     cpu = limits["cpu_s"]
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     for kind, value in (
@@ -33,7 +33,7 @@ def _apply_limits(limits: dict[str, int]) -> None:
         resource.setrlimit(kind, (value, value))
 
 
-def _install_hook(work: str, refused: list[str]) -> None:
+def install_hook(work: str, refused: list[str]) -> None:
     """Refuse new processes, signals, ctypes, sockets and path operations outside ``work``. The
     refused events are bound in this closure (not module globals a program could rewrite); the
     hook cannot be removed, but the program shares this interpreter, so it is no boundary."""
@@ -116,8 +116,8 @@ def main() -> None:
     sys.setrecursionlimit(2000)
     refused: list[str] = []
     verdict = os.open(".verdict", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    _apply_limits(request["limits"])
-    _install_hook(os.path.realpath(os.getcwd()), refused)
+    apply_limits(request["limits"])
+    install_hook(os.path.realpath(os.getcwd()), refused)
     claims = _run(request, refused)
     try:
         text = json.dumps(claims)
