@@ -14,22 +14,44 @@ episode still running (left-padded contexts, the KV cache), then every episode's
 parallel (each is a sandboxed subprocess: threads only wait). An episode ends on ``submit``, at
 ``max_turns``, when its context would exceed ``max_tokens`` (the runner checks: the environment
 cannot know token counts), or at its wall-time limit — always scored.
+
+Two rules keep the ids equal to the chat template's text of :attr:`EpisodeTrace.messages` and
+within ``max_tokens``: a tool observation is added only when another turn follows it (the
+observation of the step that ended the episode is in neither), and a turn cut at
+``max_new_tokens`` is closed with an end-of-sequence token the policy did not write (mask 0).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from environments.base import Score, Task
-from environments.episodes import Ending, EpisodeLimits, MultiTurnEnvironment, ToolOutcome
-from policies.agent_sampling import SamplingParams
+from environments.episodes import (
+    Ending,
+    Episode,
+    EpisodeLimits,
+    ExpertDemonstrator,
+    MultiTurnEnvironment,
+    Step,
+    ToolOutcome,
+)
+from environments.errors import TaskEnvironmentError
+from policies.agent_chat import ASSISTANT, ParsedTurn, ToolCall, parse_tool_call, render, segments
+from policies.agent_sampling import Completion, SamplingParams, sample_ids
+
+DEFAULT_EOS = "<|eos|>"  # policies.agent_lm.EOS: the end of sequence of the tokenizers trained here
 
 
 @dataclass(frozen=True)
 class EpisodeTrace:
-    """One finished episode: the conversation (OpenAI messages), its tokens and its score."""
+    """One finished episode: the conversation (OpenAI messages), its tokens and its score.
+    ``tokenizer.decode(prompt_ids + completion_ids)`` equals ``agent_chat.render(messages,
+    eos, environment.tools)``."""
 
     task: Task
     messages: tuple[Mapping[str, Any], ...]
@@ -41,6 +63,7 @@ class EpisodeTrace:
     score: Score
     ended: Ending
     duration_ms: int
+    eos: str = DEFAULT_EOS  # the tokenizer's end-of-sequence token, as rendered
 
     @property
     def turns(self) -> int:
@@ -50,9 +73,15 @@ class EpisodeTrace:
     def generated_tokens(self) -> int:
         return sum(self.mask)
 
+    @property
+    def tool_calls(self) -> int:
+        """Turns that held a readable tool call (malformed turns are not calls)."""
+        return sum(1 for o in self.outcomes if o.tool)
+
     def completion_text(self) -> str:
         """The conversation after the prompt, as rendered (for reports and the lake)."""
-        raise NotImplementedError
+        # The prompt ends with the first turn's <|assistant|>: render the rest without it.
+        return render(self.messages[2:], self.eos).removeprefix(ASSISTANT)
 
 
 def tokenize_segments(
@@ -60,7 +89,135 @@ def tokenize_segments(
 ) -> tuple[list[int], list[int]]:
     """Ids and mask of ``pieces`` (``policies.agent_chat.segments``), each tokenized alone
     (special tokens — role markers, end of sequence — as their single ids)."""
-    raise NotImplementedError
+    ids: list[int] = []
+    mask: list[int] = []
+    for text, generated in pieces:
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids.extend(piece)
+        mask.extend([int(generated)] * len(piece))
+    return ids, mask
+
+
+@dataclass
+class _Run:
+    """One episode in progress: the conversation and its ids so far. The observation of the
+    last step waits in ``pending`` until a turn follows it (:meth:`admit`)."""
+
+    task: Task
+    episode: Episode
+    eos: str
+    messages: list[dict[str, Any]]
+    prompt_ids: list[int]
+    started: float = field(default_factory=time.monotonic)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    outcomes: list[ToolOutcome] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    pending_message: dict[str, Any] | None = None
+    final: Step | None = None
+
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    def admit(self, turn_tokens: int, max_tokens: int) -> bool:
+        """Add the pending observation if it and a turn of ``turn_tokens`` fit the context."""
+        if len(self.prompt_ids) + len(self.completion_ids) + len(self.pending) + turn_tokens > (
+            max_tokens
+        ):
+            return False
+        self._extend(self.pending, [0.0] * len(self.pending), 0)
+        if self.pending_message is not None:
+            self.messages.append(self.pending_message)
+        self.pending, self.pending_message = [], None
+        return True
+
+    def add_turn(
+        self, ids: Sequence[int], logprobs: Sequence[float], text: str, eos_id: int
+    ) -> ParsedTurn:
+        """Record a turn the policy wrote (``ids`` with their log-probs; ``text`` decoded,
+        without end of sequence) and read its call. A turn without end of sequence (cut at
+        max_new_tokens) is closed with one, masked: the template always ends a turn."""
+        self._extend(ids, logprobs, 1)
+        if not ids or ids[-1] != eos_id:
+            self._extend([eos_id], [0.0], 0)
+        parsed = parse_tool_call(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if parsed.call is not None and text == parsed.content + parsed.call.text():
+            # Written exactly as the template renders the call: keep it as an OpenAI tool call.
+            call = ToolCall(parsed.call.name, parsed.call.arguments, f"call_{len(self.outcomes)}")
+            message = {
+                "role": "assistant",
+                "content": parsed.content,
+                "tool_calls": [call.openai()],
+            }
+        self.messages.append(message)
+        return parsed
+
+    def observe(self, step: Step, tokenizer: Any) -> None:
+        """Take a step's result: the final one, or an observation for the next turn."""
+        self.outcomes.append(step.outcome)
+        if step.done:
+            self.final = step
+            return
+        message: dict[str, Any] = {"role": "tool", "content": step.observation}
+        calls = self.messages[-1].get("tool_calls")
+        if calls:
+            message["tool_call_id"] = calls[0]["id"]
+        pieces = segments(
+            [message], self.eos, add_generation_prompt=True
+        )  # <|tool|>…\n<|assistant|>
+        self.pending, _ = tokenize_segments(tokenizer, pieces)
+        self.pending_message = message
+
+    def end(self, ended: Ending) -> None:
+        self.final = self.episode.finish(ended)
+
+    def trace(self) -> EpisodeTrace:
+        final = self.final
+        if final is None or final.score is None or final.ended is None:
+            raise TaskEnvironmentError(
+                f"episode of task {self.task.task_id} ended without a score and a reason; "
+                "Episode.step(done=True) and finish() must set both"
+            )
+        return EpisodeTrace(
+            task=self.task,
+            messages=tuple(self.messages),
+            prompt_ids=tuple(self.prompt_ids),
+            completion_ids=tuple(self.completion_ids),
+            logprobs=tuple(self.logprobs),
+            mask=tuple(self.mask),
+            outcomes=tuple(self.outcomes),
+            score=final.score,
+            ended=final.ended,
+            duration_ms=int((time.monotonic() - self.started) * 1000),
+            eos=self.eos,
+        )
+
+    def _extend(self, ids: Sequence[int], logprobs: Sequence[float], mask: int) -> None:
+        self.completion_ids.extend(ids)
+        self.logprobs.extend(logprobs)
+        self.mask.extend([mask] * len(ids))
+
+
+def _open(
+    tokenizer: Any, environment: MultiTurnEnvironment, task: Task, limits: EpisodeLimits
+) -> _Run:
+    """A new episode and its prompt: system (with the tools line), the user's message, and
+    the first ``<|assistant|>``."""
+    episode = environment.episode(task, limits)
+    eos = tokenizer.eos_token
+    try:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": environment.system},
+            {"role": "user", "content": episode.reset()},
+        ]
+    except BaseException:
+        episode.close()
+        raise
+    pieces = segments(messages, eos, environment.tools, add_generation_prompt=True)
+    prompt_ids, _ = tokenize_segments(tokenizer, pieces)
+    return _Run(task, episode, eos, messages, prompt_ids)
 
 
 def run_episodes(
@@ -76,7 +233,39 @@ def run_episodes(
 ) -> list[EpisodeTrace]:
     """One episode per entry of ``tasks`` (repeat a task for a group of trials), in order.
     ``params.max_new_tokens`` bounds each turn; ``workers`` tool calls run at once."""
-    raise NotImplementedError
+    limits = limits or EpisodeLimits()
+    runs: list[_Run] = []
+    try:
+        for task in tasks:
+            runs.append(_open(tokenizer, environment, task, limits))
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+            for turn in range(limits.max_tokens):  # each turn adds a token: a bound, not a limit
+                active = [r for r in runs if r.final is None]
+                # The context must hold the pending observation and a whole turn.
+                full = [r for r in active if not r.admit(params.max_new_tokens, limits.max_tokens)]
+                list(pool.map(lambda r: r.end("max_tokens"), full))
+                active = [r for r in active if r.final is None]
+                if not active:
+                    break
+                turn_seed = None if seed is None else seed + turn
+                completions = sample_ids(model, tokenizer, [r.context() for r in active], params,
+                                         seed=turn_seed)  # fmt: skip
+                actions = [_take(r, c, tokenizer) for r, c in zip(active, completions, strict=True)]
+                steps = list(pool.map(lambda r, a: r.episode.step(a), active, actions))
+                for run, step in zip(active, steps, strict=True):
+                    run.observe(step, tokenizer)
+        return [run.trace() for run in runs]
+    finally:
+        for run in runs:
+            run.episode.close()
+
+
+def _take(run: _Run, completion: Completion, tokenizer: Any) -> ParsedTurn:
+    """Record a sampled turn; its text keeps any special token the model wrote (as the
+    template would render it), without the final end of sequence."""
+    body = completion.token_ids[:-1] if completion.finished else completion.token_ids
+    text = tokenizer.decode(list(body), skip_special_tokens=False)
+    return run.add_turn(completion.token_ids, completion.logprobs, text, tokenizer.eos_token_id)
 
 
 def expert_trace(
@@ -84,5 +273,26 @@ def expert_trace(
     limits: EpisodeLimits | None = None,
 ) -> EpisodeTrace:  # fmt: skip
     """The environment's expert (``environments.episodes.ExpertDemonstrator``) played through an
-    episode, as tokens: the supervised warm-up trains on these (mask 1 on the expert's calls)."""
-    raise NotImplementedError
+    episode, as tokens: the supervised warm-up trains on these (mask 1 on the expert's calls).
+    TaskEnvironmentError when ``environment`` has no expert."""
+    if not isinstance(environment, ExpertDemonstrator):
+        raise TaskEnvironmentError(
+            f"environment {environment.name!r} has no expert_action: it cannot demonstrate"
+        )
+    limits = limits or EpisodeLimits()
+    run = _open(tokenizer, environment, task, limits)
+    try:
+        history: list[tuple[ToolCall, str]] = []
+        while run.final is None:
+            call = environment.expert_action(task, history)
+            ids, _ = tokenize_segments(tokenizer, [(call.text() + run.eos, True)])
+            if not run.admit(len(ids), limits.max_tokens):
+                run.end("max_tokens")
+                break
+            step = run.episode.step(run.add_turn(ids, [0.0] * len(ids), call.text(),
+                                                 tokenizer.eos_token_id))  # fmt: skip
+            run.observe(step, tokenizer)
+            history.append((call, step.observation))
+        return run.trace()
+    finally:
+        run.episode.close()

@@ -4,17 +4,23 @@ hidden test; mean reward is the mean of the trials' summed reward components.
 
 Per-task results are kept (``passed``, ``rewards``, in task order) so two versions evaluated on
 the same tasks can be compared pairwise (the agent's eval check, part 2).
+
+A multi-turn environment (``environments.episodes.MultiTurnEnvironment``) is evaluated on whole
+greedy episodes (``environments.episode_runner.run_episodes``): a task passes when the episode's
+final score does, and the result also counts each episode's turns and tool calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from environments.base import Environment, Task, score_all
+from environments.base import Environment, Score, Task, score_all
+from environments.episode_runner import run_episodes
+from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from policies.agent_sampling import SamplingParams, sample
 
 GREEDY_BATCH = 32  # prompts per generate call
@@ -25,17 +31,24 @@ class EvalConfig:
     """The eval suite: the first ``tasks`` held-out tasks, greedy."""
 
     tasks: int = 1000  # a lift of 2 points is significant on 1,000 paired tasks, not on 200
-    max_new_tokens: int = 24
+    max_new_tokens: int = 24  # per turn in a multi-turn environment
+    max_turns: int = 8  # multi-turn environments only
+
+    def limits(self) -> EpisodeLimits:
+        return EpisodeLimits(max_turns=self.max_turns)
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One model on one task set: per-task pass (bool) and reward, in task order."""
+    """One model on one task set: per-task pass (bool) and reward, in task order; per-task
+    turns and tool calls (a single-shot trial is one turn, no call)."""
 
     task_ids: tuple[str, ...]
     passed: np.ndarray  # (n,) bool
     rewards: np.ndarray  # (n,) float64
     statuses: tuple[str, ...]
+    turns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
+    tool_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
 
     @property
     def pass_at_1(self) -> float:
@@ -45,17 +58,26 @@ class EvalResult:
     def mean_reward(self) -> float:
         return float(self.rewards.mean()) if len(self.rewards) else 0.0
 
+    @property
+    def mean_turns(self) -> float:
+        return float(self.turns.mean()) if len(self.turns) else 0.0
+
 
 def evaluate(
     model: Any,
     tokenizer: Any,
-    environment: Environment,
+    environment: Environment | MultiTurnEnvironment,
     tasks: Sequence[Task],
     *,
     max_new_tokens: int = 32,
+    limits: EpisodeLimits | None = None,
 ) -> EvalResult:
-    """Greedy pass@1 and mean reward of ``model`` on ``tasks``."""
+    """Greedy pass@1 and mean reward of ``model`` on ``tasks``: one completion per task, or
+    one episode per task in a multi-turn environment (``max_new_tokens`` per turn, within
+    ``limits``)."""
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    if isinstance(environment, MultiTurnEnvironment):
+        return _evaluate_episodes(model, tokenizer, environment, tasks, greedy, limits)
     trials: list[tuple[Environment, Task, str]] = []
     for start in range(0, len(tasks), GREEDY_BATCH):
         chunk = tasks[start : start + GREEDY_BATCH]
@@ -64,9 +86,34 @@ def evaluate(
             (environment, task, group[0].text) for task, group in zip(chunk, groups, strict=True)
         )
     scores = score_all(trials)
+    return _result(tasks, scores, [1] * len(tasks), [0] * len(tasks))
+
+
+def _evaluate_episodes(
+    model: Any,
+    tokenizer: Any,
+    environment: MultiTurnEnvironment,
+    tasks: Sequence[Task],
+    greedy: SamplingParams,
+    limits: EpisodeLimits | None,
+) -> EvalResult:
+    traces = []
+    for start in range(0, len(tasks), GREEDY_BATCH):
+        chunk = tasks[start : start + GREEDY_BATCH]
+        traces.extend(run_episodes(model, tokenizer, environment, chunk, greedy, limits=limits))
+    return _result(
+        tasks, [t.score for t in traces], [t.turns for t in traces], [t.tool_calls for t in traces]
+    )
+
+
+def _result(
+    tasks: Sequence[Task], scores: Sequence[Score], turns: Sequence[int], calls: Sequence[int]
+) -> EvalResult:
     return EvalResult(
         tuple(t.task_id for t in tasks),
         np.asarray([s.passed for s in scores], dtype=bool),
         np.asarray([s.reward for s in scores], dtype=np.float64),
         tuple(s.status for s in scores),
+        np.asarray(turns, dtype=np.int64),
+        np.asarray(calls, dtype=np.int64),
     )

@@ -83,7 +83,7 @@ def parse_tool_call(text: str) -> ParsedTurn:
         return ParsedTurn(content, None, "unclosed <tool_call>" if unclosed else "no tool call")
     try:
         raw = json.loads(match.group(1))
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return ParsedTurn(content, None, f"tool call is not JSON: {exc.msg}")
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         return ParsedTurn(content, None, "tool call needs a string 'name'")
@@ -91,7 +91,7 @@ def parse_tool_call(text: str) -> ParsedTurn:
     if isinstance(arguments, str):  # the OpenAI API's spelling: a JSON string
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return ParsedTurn(content, None, f"tool call arguments are not JSON: {exc.msg}")
     if not isinstance(arguments, dict):
         return ParsedTurn(content, None, "tool call 'arguments' must be an object")

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import torch
 
+from policies.agent_chat import CHAT_TEMPLATE, ROLE_TOKENS
 from policies.errors import PolicyError
 
 # Never reach a hub, whatever a caller passes (set before transformers is imported).
@@ -102,25 +103,35 @@ class AgentModelConfig:
         return asdict(self)
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    corpus: Iterable[str], vocab_size: int, chat: bool = False
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on ``corpus`` (every byte is representable, so no
-    text is unknown), with pad/bos/eos special tokens."""
+    text is unknown), with pad/bos/eos special tokens. ``chat``: the role markers of
+    ``policies.agent_chat`` are special tokens too (one id each, never split, after pad/bos/eos)
+    and ``chat_template`` is set, so a saved checkpoint renders OpenAI messages with
+    ``apply_chat_template`` exactly as the episodes were built."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    roles = list(ROLE_TOKENS) if chat else []
+    extra: dict[str, Any] = {"additional_special_tokens": roles} if chat else {}
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[PAD, BOS, EOS],
+        special_tokens=[PAD, BOS, EOS, *roles],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # untyped in transformers
-        tokenizer_object=tokenizer, pad_token=PAD, bos_token=BOS, eos_token=EOS
+        tokenizer_object=tokenizer, pad_token=PAD, bos_token=BOS, eos_token=EOS, **extra
     )
     fast.padding_side = "left"  # generation batches prompts of different lengths
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
     return fast
 
 

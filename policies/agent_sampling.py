@@ -1,7 +1,8 @@
 """Sampling completions from the agent LM, with the log-probability of every generated token.
 
-:func:`sample` runs `transformers`' ``generate`` once for a whole batch: every prompt repeated
-``n`` times (a group of parallel trials), left-padded, with the KV cache. The behaviour
+:func:`sample_ids` runs `transformers`' ``generate`` once for a whole batch of token-id contexts,
+left-padded, with the KV cache; :func:`sample` is it on text prompts, each repeated ``n`` times
+(a group of parallel trials), and the episode runner on multi-turn contexts. The behaviour
 log-probability of a token is taken under the distribution it was drawn from: the logits
 divided by the temperature, after top-p filtering (``top_p=1``, the default, filters nothing);
 greedy decoding (``temperature=0``) reports the plain softmax. :func:`nucleus_filter` is that
@@ -60,7 +61,6 @@ class Completion:
     finished: bool  # ended with end-of-sequence (not cut at max_new_tokens)
 
 
-@torch.inference_mode()
 def sample(
     model: Any,
     tokenizer: Any,
@@ -73,12 +73,39 @@ def sample(
     """``n`` completions of each prompt, as one list per prompt (in order)."""
     if not prompts or n < 1:
         return [[] for _ in prompts]
+    encoded = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    flat = sample_ids(model, tokenizer, [ids for ids in encoded for _ in range(n)], params,
+                      seed=seed)  # fmt: skip
+    return [flat[p * n : (p + 1) * n] for p in range(len(prompts))]
+
+
+@torch.inference_mode()
+def sample_ids(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    seed: int | None = None,
+) -> list[Completion]:
+    """One completion of each context, given as token ids (an episode's prompt and turns so
+    far: never re-tokenized), in order, in one ``generate`` call: contexts left-padded with the
+    pad id and masked out. PolicyError for an empty context (nothing to condition on)."""
+    if not contexts:
+        return []
+    if any(len(c) == 0 for c in contexts):
+        raise PolicyError("sample_ids needs at least one token in every context")
     if seed is not None:
         torch.manual_seed(seed)
     device = next(model.parameters()).device
-    batch = tokenizer(list(prompts), padding=True, return_tensors="pt", add_special_tokens=False)
-    input_ids = batch["input_ids"].repeat_interleave(n, dim=0).to(device)
-    attention = batch["attention_mask"].repeat_interleave(n, dim=0).to(device)
+    width = max(len(c) for c in contexts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor(
+        [[pad] * (width - len(c)) + list(c) for c in contexts], dtype=torch.long, device=device
+    )
+    attention = torch.tensor(
+        [[0] * (width - len(c)) + [1] * len(c) for c in contexts], dtype=torch.long, device=device
+    )
     greedy = params.temperature == 0
     out = model.generate(
         input_ids=input_ids,
@@ -88,27 +115,21 @@ def sample(
         top_p=None if greedy else params.top_p,
         top_k=None,  # transformers' default top_k=50 would change the distribution
         max_new_tokens=params.max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,
         return_dict_in_generate=True,
         output_scores=True,
     )
-    generated = out.sequences[:, input_ids.shape[1] :]  # (batch, steps)
+    generated = out.sequences[:, width:]  # (batch, steps)
     logprobs = token_logprobs(out.scores, generated)
-    lengths = batch["attention_mask"].sum(dim=1).tolist()
-    ids = batch["input_ids"].tolist()
-    results: list[list[Completion]] = []
-    for p in range(len(prompts)):
-        prompt_ids = tuple(ids[p][len(ids[p]) - lengths[p] :])  # drop the left padding
-        group = []
-        for row in range(p * n, (p + 1) * n):
-            tokens, lps = _until_eos(generated[row].tolist(), logprobs[row].tolist(), tokenizer)
-            finished = bool(tokens) and tokens[-1] == tokenizer.eos_token_id
-            body = tokens[:-1] if finished else tokens
-            text = tokenizer.decode(body, skip_special_tokens=True)
-            group.append(Completion(prompt_ids, tuple(tokens), tuple(lps), text, finished))
-        results.append(group)
-    return results
+    completions = []
+    for row, context in enumerate(contexts):
+        tokens, lps = _until_eos(generated[row].tolist(), logprobs[row].tolist(), tokenizer)
+        finished = bool(tokens) and tokens[-1] == tokenizer.eos_token_id
+        body = tokens[:-1] if finished else tokens
+        text = tokenizer.decode(body, skip_special_tokens=True)
+        completions.append(Completion(tuple(context), tuple(tokens), tuple(lps), text, finished))
+    return completions
 
 
 def token_logprobs(scores: Sequence[torch.Tensor], generated: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from policies.agent_lm import AgentModelConfig, build_model, train_tokenizer
-from policies.agent_sampling import SamplingParams, sample
+from policies.agent_sampling import SamplingParams, sample, sample_ids
 from policies.errors import PolicyError
 
 CORPUS = [f"f({i}) == {i + 1}\n" for i in range(100)]
@@ -66,3 +66,21 @@ def test_serving_fields_follow_the_three_positional_ones() -> None:
     assert (params.temperature, params.top_p, params.max_new_tokens) == (0.0, 0.9, 24)
     assert (params.stop, params.n, params.greedy) == ((), 1, True)
     assert not SamplingParams(temperature=0.7, stop=("\n",), n=2).greedy
+
+
+def test_sample_ids_continues_token_contexts_like_sample(lm) -> None:  # type: ignore[no-untyped-def]
+    model, tokenizer = lm
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
+    prompts = ["f(1) == ", "f(22) == 2"]
+    contexts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    batched = sample_ids(model, tokenizer, contexts, greedy)
+    assert [c.prompt_ids for c in batched] == [tuple(c) for c in contexts]
+    assert [c.token_ids for c in batched] == [g[0].token_ids for g in sample(
+        model, tokenizer, prompts, 1, greedy)]  # fmt: skip
+    alone = [sample_ids(model, tokenizer, [c], greedy)[0] for c in contexts]  # no padding
+    assert [c.token_ids for c in alone] == [c.token_ids for c in batched]
+    for a, b in zip(alone, batched, strict=True):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+    with pytest.raises(PolicyError, match="at least one token"):
+        sample_ids(model, tokenizer, [[]], greedy)
+    assert sample_ids(model, tokenizer, [], greedy) == []
