@@ -4,8 +4,9 @@ planted bug, fixed over several turns with tools (DESIGN §12, "Repositories wit
 Pools and the held-out split (by construction, two ways):
 
 * ``eval`` — a fixed set of instances of the training templates and bug kinds, drawn from its own
-  seed namespace; training never yields one (ids hash the content: the same repository with the
-  same bug is refused wherever it was drawn).
+  seed namespace; training never yields one, nor any task with the same source files (the same
+  repository with the same bug, whatever its test inputs: :func:`source_key`), wherever it was
+  drawn.
 * ``eval_extra`` ("unseen templates") — instances of the eval-only templates or bug kinds
   (:data:`~environments.repository.templates.EVAL_TEMPLATES`, ``EVAL_BUGS``), which training
   never draws; report-only.
@@ -16,7 +17,9 @@ Pools and the held-out split (by construction, two ways):
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import json
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,6 +50,14 @@ _MULTI_FILE = [t for t in (*TRAIN_TEMPLATES.values(), *EVAL_TEMPLATES.values()) 
 
 def _bug_count(level: int) -> int:
     return 2 if level == 3 else 1
+
+
+def source_key(spec: RepoSpec) -> str:
+    """A hash of the repository as its buggy source reads (every file but the visible tests):
+    two instances that differ only in test inputs are one instance for the held-out split."""
+    sources = sorted((p, text) for p, text in spec.files.items() if p != spec.test_file)
+    digest = hashlib.sha256(json.dumps(sources, separators=(",", ":")).encode()).hexdigest()
+    return "src-" + digest[:16]
 
 
 class RepositoryEnvironment:
@@ -83,8 +94,11 @@ class RepositoryEnvironment:
         return out
 
     @functools.cached_property
-    def _held_out_ids(self) -> frozenset[str]:
-        return frozenset(t.task_id for t in (*self._eval, *self._extra))
+    def _held_out_keys(self) -> frozenset[str]:
+        held_out = [*self._eval, *self._extra]
+        return frozenset(
+            [t.task_id for t in held_out] + [source_key(self.spec(t)) for t in held_out]
+        )
 
     def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
         """``n`` tasks of ``split``: the first ``n`` of a fixed held-out set (``eval``,
@@ -105,19 +119,23 @@ class RepositoryEnvironment:
             raise TaskEnvironmentError(f"level {level} is outside {LEVELS[0]}..{LEVELS[-1]}")
         while True:
             task = self._draw(rng, level, _TRAIN_BY_LEVEL[level], TRAIN_BUGS)
-            if task.task_id not in self._held_out_ids:
+            if not self._held_out_instance(task, self.spec(task)):
                 return task
 
     def held_out(self, task: Task) -> bool:
-        """True for an eval or eval_extra instance (by content) and for any task of an eval-only
-        template or bug kind. TaskEnvironmentError when the spec cannot be read."""
+        """True for an eval or eval_extra instance (by content: its id or its source files) and
+        for any task of an eval-only template or bug kind. TaskEnvironmentError when the spec
+        cannot be read."""
         spec = self.spec(task)
         return (
-            spec.instance_id in self._held_out_ids
-            or task.task_id in self._held_out_ids
+            self._held_out_instance(task, spec)
             or spec.template not in TRAIN_TEMPLATES
             or not set(spec.bugs) <= set(TRAIN_BUGS)
         )
+
+    def _held_out_instance(self, task: Task, spec: RepoSpec) -> bool:
+        keys = self._held_out_keys
+        return task.task_id in keys or spec.instance_id in keys or source_key(spec) in keys
 
     def cluster(self, task: Task) -> str:
         """The task's template (the eval check resamples templates, not instances)."""

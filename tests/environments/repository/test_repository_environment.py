@@ -12,7 +12,7 @@ from environments import ENVIRONMENTS, REPOSITORY
 from environments.base import Task
 from environments.episodes import ExpertDemonstrator, MultiTurnEnvironment
 from environments.errors import TaskEnvironmentError
-from environments.repository.environment import RepositoryEnvironment
+from environments.repository.environment import RepositoryEnvironment, source_key
 from environments.repository.spec import RepoSpec
 from environments.repository.templates import EVAL_BUGS, EVAL_TEMPLATES, TRAIN_BUGS, TRAIN_TEMPLATES
 
@@ -29,12 +29,15 @@ def _spec(task: Task) -> RepoSpec:
 def test_training_never_draws_an_eval_instance_an_eval_template_or_an_eval_bug(
     env: RepositoryEnvironment,
 ) -> None:
-    held_out = {t.task_id for t in env.tasks("eval", 300) + env.tasks("eval_extra", 300)}
+    held_out = env.tasks("eval", 300) + env.tasks("eval_extra", 300)
+    held_out_ids = {t.task_id for t in held_out}
+    held_out_sources = {source_key(_spec(t)) for t in held_out}
     rng = random.Random(0)
     drawn = [env.task(rng, 1 + i % 3) for i in range(5000)] + env.tasks("train", 300, seed=4)
     for task in drawn:
         spec = _spec(task)
-        assert task.task_id == spec.instance_id and task.task_id not in held_out
+        assert task.task_id == spec.instance_id and task.task_id not in held_out_ids
+        assert source_key(spec) not in held_out_sources
         assert spec.template in TRAIN_TEMPLATES and set(spec.bugs) <= set(TRAIN_BUGS)
         assert not env.held_out(task)
     assert {_spec(t).template for t in drawn} == set(TRAIN_TEMPLATES)
@@ -78,6 +81,14 @@ def test_a_task_of_an_eval_only_template_is_held_out_wherever_it_came_from(
     task = next(t for t in env.tasks("eval_extra", 300) if _spec(t).template in EVAL_TEMPLATES)
     renamed = Task("repo-forged", task.environment, task.difficulty, task.spec)
     assert env.held_out(renamed)
+    # An eval instance with other test inputs is the same instance: its sources are held out.
+    first = env.tasks("eval", 1)[0]
+    spec = _spec(first)
+    visible = spec.files[spec.test_file].replace("assert", "assert True or")
+    other = RepoSpec(spec.template, spec.bugs, spec.level, {**spec.files, spec.test_file: visible},
+                     spec.hidden[1:], spec.fixed, spec.test_file)  # fmt: skip
+    assert other.instance_id != first.task_id
+    assert env.held_out(Task(other.instance_id, "repository", spec.level, other.to_json()))
     with pytest.raises(TaskEnvironmentError):
         env.held_out(Task("x", "repository", 1, "{}"))
 
