@@ -38,7 +38,7 @@ from environments.repository.spec import HiddenTest, RepoSpec
 from environments.repository.templates import NOUNS, PARAMS, PHRASES, VERBS, Template
 
 LEVELS = (1, 2, 3)
-MAX_FUNCTIONS = {1: 2, 2: 2, 3: 2}  # per module: files stay short (the episode fits ~512 tokens)
+MAX_FUNCTIONS = 2  # per module (a fan-in top takes more): files stay short, the episode fits
 HIDDEN_PER_FUNCTION = 3
 VISIBLE_CANDIDATES = 8  # inputs tried for a visible test that shows the bug
 REDUNDANCY_SAMPLES = 8
@@ -154,7 +154,7 @@ def _modules(rng: random.Random, level: int, template: Template, kind: str) -> M
     for module in template.modules:
         imported = [f.name for dep in module.imports for f in modules[dep]]
         unused = rng.sample(imported, len(imported))
-        count = max(rng.randint(1, MAX_FUNCTIONS[level]), (len(imported) + 1) // 2)
+        count = max(rng.randint(1, MAX_FUNCTIONS), (len(imported) + 1) // 2)
         functions = []
         for i in range(count):
             # Every imported function is used: take unused ones first, two per function if needed.
