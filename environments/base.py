@@ -19,7 +19,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from environments.errors import TaskEnvironmentError
 
-Split = Literal["train", "eval"]
+Split = Literal["train", "eval", "eval_extra"]  # eval_extra: a second, report-only held-out set
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from environments.episodes import (
 )
 from environments.errors import TaskEnvironmentError
 from environments.isolation import require_isolation
+from environments.repository.generator import task_message
 from environments.repository.spec import RepoSpec
 from environments.repository.test_runner import run_tests, score_hidden
 from environments.repository.tools import (
@@ -74,9 +75,6 @@ class RepoEpisode:
 
     def reset(self) -> str:
         """The user's message (the task); the wall clock starts here."""
-        # The environment module holds the message (and imports this one): imported when used.
-        from environments.repository.environment import task_message
-
         self._started = time.monotonic()
         return task_message(self.spec)
 
