@@ -9,8 +9,9 @@ only. ``prompt_tokens`` counts what the model read (the prompt and the observati
 ``completion_tokens`` what it generated.
 
 A turn's ``ToolCallObserved`` says which tool ran, how it went, how long it took and how big its
-arguments and output were; its id derives from the rollout id and the turn, so a redelivered
-task (whose rollout ids are derived too) re-sends the same ids. Privacy mode withholds the
+arguments and output were. Event ids derive from the rollout id (and the turn), so a redelivered
+task (whose rollout ids are derived too) re-sends the same ids and the lake's views keep the
+first delivery of the episode and of its calls alike. Privacy mode withholds the
 arguments and the completion text (paths, queries and edited code); sizes and statuses stay.
 """
 
@@ -25,7 +26,7 @@ from environments.episode_runner import EpisodeTrace
 from policies.agent_sampling import SamplingParams
 from schemas.events import RolloutResult, ToolCallObserved
 
-_TOOL_CALL_IDS = uuid.UUID("0b7f3c1e-5a44-4f5e-8d7c-3f2a9e6b1d20")  # namespace of tool-call ids
+_EVENT_IDS = uuid.UUID("0b7f3c1e-5a44-4f5e-8d7c-3f2a9e6b1d20")  # namespace of derived event ids
 
 
 def tool_call_count(trace: EpisodeTrace) -> int:
@@ -48,6 +49,7 @@ def episode_result(
     generated = sum(trace.mask)
     score = trace.score
     return RolloutResult(
+        event_id=str(uuid.uuid5(_EVENT_IDS, rollout_id)),
         producer=producer,
         rollout_id=rollout_id,
         task_id=trace.task.task_id,
@@ -89,7 +91,7 @@ def tool_call_events(
         turn = index + 1
         events.append(
             ToolCallObserved(
-                event_id=str(uuid.uuid5(_TOOL_CALL_IDS, f"{result.rollout_id}/{turn}")),
+                event_id=str(uuid.uuid5(_EVENT_IDS, f"{result.rollout_id}/{turn}")),
                 event_time=result.event_time,
                 producer=result.producer,
                 rollout_id=result.rollout_id,

@@ -120,8 +120,10 @@ def test_every_turn_is_a_tool_call_event_with_a_derived_id() -> None:
     }
     assert all(c.session_id is None and c.event_time == result.event_time for c in calls)
     assert len({c.event_id for c in calls}) == 4
-    again = tool_call_events(trace, _result(trace))  # a redelivered task: the same ids
-    assert [c.event_id for c in again] == [c.event_id for c in calls]
+    resent = _result(trace)  # a redelivered task: the same ids
+    assert resent.event_id == result.event_id
+    assert [c.event_id for c in tool_call_events(trace, resent)] == [c.event_id for c in calls]
+    assert result.event_id not in {c.event_id for c in calls}
     assert _round_trip(read)["arguments"] == '{"path":"text.py"}'
 
 
