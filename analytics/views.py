@@ -119,6 +119,18 @@ _ROLLOUT_MEASURES = """
     avg(duration_ms) AS mean_duration_ms
 """
 
+# Tool calls of agent episodes (agent.tool_calls): how often each tool is called and how it goes.
+_TOOL_CALLS = """
+SELECT model_name, model_version, tool,
+    count(*) AS calls,
+    count(DISTINCT rollout_id) AS rollouts,
+    avg(CASE WHEN status = 'ok' THEN 1.0 ELSE 0.0 END) AS ok_rate,
+    avg(CASE WHEN truncated THEN 1.0 ELSE 0.0 END) AS truncated_rate,
+    avg(duration_ms) AS mean_duration_ms,
+    avg(observation_bytes) AS mean_observation_bytes
+FROM agent_tool_calls GROUP BY ALL ORDER BY ALL
+"""
+
 ANALYST_VIEWS: tuple[AnalystView, ...] = (
     AnalystView(
         "suggestion_facts",
@@ -167,5 +179,10 @@ ANALYST_VIEWS: tuple[AnalystView, ...] = (
         "agent rollouts: test pass rate and solved rate per model version, all tasks",
         "SELECT model_name, model_version, count(DISTINCT task_id) AS tasks,"
         f"{_ROLLOUT_MEASURES}FROM rollouts_results GROUP BY ALL ORDER BY ALL",
+    ),
+    AnalystView(
+        "tool_calls_by_version",
+        "agent episodes' tool calls: calls, outcome rates, duration per tool and model version",
+        _TOOL_CALLS,
     ),
 )

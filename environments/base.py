@@ -102,6 +102,11 @@ class EnvironmentRegistry:
             self._built[name] = factory()
         return self._built[name]
 
+    def get_any(self, name: str) -> Environment:
+        """The environment ``name``, single-turn or multi-turn (a registered
+        ``MultiTurnEnvironment`` is returned as it is: callers check which it is)."""
+        return self.get(name)
+
     def names(self) -> list[str]:
         return sorted(self.factories)
 

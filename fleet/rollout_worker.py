@@ -9,6 +9,13 @@ completion scored in the sandbox in parallel. Each trial becomes one ``RolloutRe
 log-probability of every generated token, the version that produced it, the sampling parameters,
 the sandbox's status and the reward components.
 
+A task of a multi-turn environment (``environments.episodes.MultiTurnEnvironment``: a repository
+fixed with tools) is a group of *episodes* instead: ``environments.episode_runner.run_episodes``
+steps them all in lock-step (one ``generate`` per turn over every running episode, then their
+tool calls in parallel) within the worker's ``EpisodeLimits``. Each episode is one
+``RolloutResult`` (its turns and tool observations as one completion with a loss mask) and one
+``ToolCallObserved`` per turn on ``agent.tool_calls`` (``fleet.episode_events``).
+
 Ids are deterministic for tasks from Kafka: the group id derives from the task event's id and a
 trial's rollout id from its group and index, so a task redelivered after a crash (results
 produced, offsets not yet committed) produces the same ids, which the joiner counts once.
@@ -31,15 +38,18 @@ from confluent_kafka import Consumer, KafkaError, Message
 from contracts.dead_letters import Origin, dead_letter
 from contracts.errors import RecordRejected
 from environments.base import EnvironmentRegistry, Score, Task, score_all, training_tasks
+from environments.episode_runner import run_episodes
+from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from environments.errors import TaskEnvironmentError
+from fleet.episode_events import episode_result, tool_call_events
 from fleet.subscriber import ModelSubscriber
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import Completion, SamplingParams, sample
-from schemas.events import AgentTask, RolloutResult
+from schemas.events import AgentTask, RolloutResult, ToolCallObserved
 from streams.errors import DecodeError
 from streams.serde import AvroCodec
 from streams.topic_io import EventProducer
-from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC, dlq_topic
+from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC, TOOL_CALLS_TOPIC, dlq_topic
 
 log = logging.getLogger(__name__)
 _IDS = uuid.UUID("6d1f6a52-4c6e-4d0b-9a51-2f0c1c7e1b10")  # namespace of derived group ids
@@ -68,13 +78,28 @@ class TaskRequest:
     group_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
+def rollout_id(group_id: str, index: int) -> str:
+    """The id of trial ``index`` of a group: derived, so a redelivered task repeats it."""
+    return str(uuid.uuid5(_IDS, f"{group_id}/{index}"))
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """What a batch of tasks produced: one result per trial, and the tool calls of episodes."""
+
+    results: list[RolloutResult] = field(default_factory=list)
+    tool_calls: list[ToolCallObserved] = field(default_factory=list)
+
+
 @dataclass
 class RolloutStats:
-    """Counters for status lines and metrics."""
+    """Counters for status lines and metrics (episodes: ``generate_s`` is their whole run,
+    turns and tool calls interleaved)."""
 
     tasks: int = 0
     trials: int = 0
     passed: int = 0
+    tool_calls: int = 0
     generated_tokens: int = 0
     generate_s: float = 0.0
     score_s: float = 0.0
@@ -85,8 +110,9 @@ class RolloutStats:
         rate = self.generated_tokens / self.generate_s if self.generate_s else 0.0
         share = self.passed / self.trials if self.trials else 0.0
         versions = ", ".join(f"v{v}: {n}" for v, n in sorted(self.by_version.items()))
+        calls = f", {self.tool_calls:,} tool calls" if self.tool_calls else ""
         return (
-            f"rollouts: {self.tasks:,} tasks, {self.trials:,} trials, {share:.1%} passed, "
+            f"rollouts: {self.tasks:,} tasks, {self.trials:,} trials, {share:.1%} passed{calls}, "
             f"{rate:,.0f} generated tok/s, {self.dead_letters} dead letters ({versions or '-'})"
         )
 
@@ -94,8 +120,9 @@ class RolloutStats:
 class RolloutWorker:
     """Runs groups of trials with the version each task routes to, and emits their results.
 
-    ``emit`` receives the results of a batch (the caller produces them); the worker never
-    raises for anything a completion does.
+    The caller produces what :meth:`run_batch` returns; the worker never raises for anything a
+    completion or an episode's action does. ``limits`` bound each episode of a multi-turn
+    environment (None: ``EpisodeLimits()``).
     """
 
     def __init__(
@@ -106,16 +133,23 @@ class RolloutWorker:
         sampling: SamplingParams,
         producer: str,
         seed: int | None = None,
+        limits: EpisodeLimits | None = None,
     ) -> None:
         self.subscriber = subscriber
         self.environments = environments
         self.sampling = sampling
         self.producer = producer
+        self.limits = limits or EpisodeLimits()
         self.stats = RolloutStats()
         self._rng = random.Random(seed)
 
     def run(self, requests: Sequence[TaskRequest]) -> list[RolloutResult]:
         """The results of every trial of ``requests`` (none while no version is served)."""
+        return self.run_batch(requests).results
+
+    def run_batch(self, requests: Sequence[TaskRequest]) -> RolloutBatch:
+        """Every trial of ``requests`` (nothing while no version is served): single-shot tasks
+        sampled and scored, multi-turn tasks run as episodes."""
         by_route: dict[tuple[int, int], list[TaskRequest]] = {}
         policies: dict[int, AgentPolicy] = {}
         for request in requests:
@@ -124,10 +158,60 @@ class RolloutWorker:
                 continue  # nothing in production yet: the caller retries later
             policies[routed.version] = routed.model
             by_route.setdefault((routed.version, request.group_size), []).append(request)
-        results: list[RolloutResult] = []
+        out = RolloutBatch()
         for (version, group_size), batch in by_route.items():
-            results.extend(self._run_group(policies[version], version, group_size, batch))
-        return results
+            single: list[TaskRequest] = []
+            episodic: dict[str, tuple[MultiTurnEnvironment, list[TaskRequest]]] = {}
+            for request in batch:
+                environment = self.environments.get_any(request.task.environment)
+                if isinstance(environment, MultiTurnEnvironment):
+                    episodic.setdefault(environment.name, (environment, []))[1].append(request)
+                else:
+                    single.append(request)
+            if single:
+                out.results.extend(self._run_group(policies[version], version, group_size, single))
+            for multi_turn, of_env in episodic.values():
+                done = self._run_episodes(
+                    policies[version], version, group_size, multi_turn, of_env
+                )
+                out.results.extend(done.results)
+                out.tool_calls.extend(done.tool_calls)
+        return out
+
+    def _run_episodes(
+        self,
+        policy: AgentPolicy,
+        version: int,
+        group_size: int,
+        environment: MultiTurnEnvironment,
+        batch: list[TaskRequest],
+    ) -> RolloutBatch:
+        """``group_size`` episodes of each task of ``batch``, all stepped together."""
+        started = time.monotonic()
+        traces = run_episodes(
+            policy.model, policy.tokenizer, environment,
+            [r.task for r in batch for _ in range(group_size)], self.sampling,
+            limits=self.limits, seed=self._rng.randrange(1 << 31),
+        )  # fmt: skip
+        out = RolloutBatch()
+        for index, trace in enumerate(traces):
+            request = batch[index // group_size]
+            result = episode_result(
+                trace, producer=self.producer,
+                rollout_id=rollout_id(request.group_id, index % group_size),
+                group_id=request.group_id, model_name=self.subscriber.model_name,
+                model_version=version, sampling=self.sampling,
+            )  # fmt: skip
+            out.results.append(result)
+            out.tool_calls.extend(tool_call_events(trace, result))
+        self.stats.tasks += len(batch)
+        self.stats.trials += len(traces)
+        self.stats.passed += sum(1 for t in traces if t.score.passed)
+        self.stats.tool_calls += sum(r.tool_calls for r in out.results)
+        self.stats.generated_tokens += sum(r.completion_tokens for r in out.results)
+        self.stats.generate_s += time.monotonic() - started
+        self.stats.by_version[version] = self.stats.by_version.get(version, 0) + len(traces)
+        return out
 
     def _run_group(
         self, policy: AgentPolicy, version: int, group_size: int, batch: list[TaskRequest]
@@ -172,7 +256,7 @@ class RolloutWorker:
         task = request.task
         return RolloutResult(
             producer=self.producer,
-            rollout_id=str(uuid.uuid5(_IDS, f"{request.group_id}/{index}")),
+            rollout_id=rollout_id(request.group_id, index),
             task_id=task.task_id,
             group_id=request.group_id,
             model_name=self.subscriber.model_name,
@@ -294,9 +378,14 @@ class KafkaTaskFeed:
 
 def produce_results(
     producer: EventProducer, codec: AvroCodec, results: Sequence[RolloutResult],
-    topic: str = ROLLOUTS_TOPIC,
+    topic: str = ROLLOUTS_TOPIC, *, tool_calls: Sequence[ToolCallObserved] = (),
+    tool_calls_topic: str = TOOL_CALLS_TOPIC,
 ) -> None:  # fmt: skip
-    """Write ``results`` keyed by group id and wait for every acknowledgement."""
+    """Write ``results`` and the episodes' ``tool_calls``, keyed by group id, and wait for
+    every acknowledgement (the caller commits its tasks after)."""
     for result in results:
         producer.send(topic, result.group_id, codec.encode_event(ROLLOUTS_TOPIC, result))
+    for call in tool_calls:
+        value = codec.encode_event(TOOL_CALLS_TOPIC, call)
+        producer.send(tool_calls_topic, call.group_id, value)
     producer.flush()

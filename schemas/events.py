@@ -142,6 +142,30 @@ class RolloutResult(Event):
     max_new_tokens: int | None = None
     sandbox_status: str = ""
     sandbox_reason: str | None = None
+    turns: int = 1
+    completion_mask: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallObserved(Event):
+    """One tool call of an agent episode (``arguments`` None in privacy mode)."""
+
+    SCHEMA_NAME: ClassVar[str] = "ToolCallObserved"
+
+    rollout_id: str
+    task_id: str
+    group_id: str
+    model_name: str
+    model_version: int
+    turn: int
+    tool: str
+    status: str
+    duration_ms: int
+    arguments_bytes: int
+    observation_bytes: int
+    truncated: bool
+    arguments: str | None = None
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -380,6 +404,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             EditObserved,
             TestRunCompleted,
             RolloutResult,
+            ToolCallObserved,
             AgentTask,
             AgentCompletion,
             AgentFeedback,

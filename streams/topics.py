@@ -65,6 +65,8 @@ _TELEMETRY_VALUES = {
 TELEMETRY_TOPICS: tuple[str, ...] = tuple(_TELEMETRY_VALUES)
 ROLLOUTS_TOPIC = "rollouts.results"
 AGENT_TASKS_TOPIC = "agent.tasks"
+# Every tool call of an episode, keyed like its RolloutResult (by group_id).
+TOOL_CALLS_TOPIC = "agent.tool_calls"
 # Served completions and the users' reactions: telemetry-like, keyed by session_id, so a
 # completion and its feedback are co-partitioned for the joiner.
 COMPLETIONS_TOPIC = "agent.completions"
@@ -90,6 +92,7 @@ EVENT_TOPICS: tuple[TopicSpec, ...] = (
     *(_telemetry(name, value) for name, value in _TELEMETRY_VALUES.items()),
     TopicSpec(ROLLOUTS_TOPIC, "group_id", "RolloutResult", TELEMETRY_PARTITIONS),
     TopicSpec(AGENT_TASKS_TOPIC, "task_id", "AgentTask", TELEMETRY_PARTITIONS),
+    TopicSpec(TOOL_CALLS_TOPIC, "group_id", "ToolCallObserved", TELEMETRY_PARTITIONS),
     _telemetry(COMPLETIONS_TOPIC, "AgentCompletion"),
     _telemetry(FEEDBACK_TOPIC, "AgentFeedback"),
     TopicSpec(

@@ -9,13 +9,14 @@ import time
 import click
 
 from contracts.advantages import DEFAULT_GROUP_SIZE
+from environments.episodes import EpisodeLimits
 from flywheel.console import err, out
 from flywheel.isolation import require_model_code_isolation
 from flywheel.metrics import RolloutCollector, metrics_endpoint, metrics_options
-from flywheel.options import status_every_option
+from flywheel.options import DURATION, duration_text, status_every_option
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
-from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC
+from streams.topics import AGENT_TASKS_TOPIC, ROLLOUTS_TOPIC, TOOL_CALLS_TOPIC
 
 DEFAULT_MODEL = "agent-lm"
 
@@ -63,7 +64,30 @@ DEFAULT_MODEL = "agent-lm"
     default=24,
     show_default=True,
     type=click.IntRange(1, 4096),
-    help="Most tokens generated per trial.",
+    help="Most tokens generated per trial (per turn of an episode).",
+)
+@click.option(
+    "--max-turns",
+    default=EpisodeLimits.max_turns,
+    show_default=True,
+    type=click.IntRange(1, 1024),
+    help="Most turns (tool calls) of an episode of a multi-turn environment (e.g. repository).",
+)
+@click.option(
+    "--max-context",
+    default=EpisodeLimits.max_tokens,
+    show_default=True,
+    type=click.IntRange(2, 1 << 20),
+    help="Most tokens of an episode's context (prompt, turns and tool observations); keep it "
+    "within the model's positions.",
+)
+@click.option(
+    "--max-episode-time",
+    "max_episode_time_s",
+    default=duration_text(EpisodeLimits.wall_s),
+    show_default=True,
+    type=DURATION,
+    help="Wall time of an episode: it is then scored as it stands.",
 )
 @click.option(
     "--tasks-topic",
@@ -76,6 +100,12 @@ DEFAULT_MODEL = "agent-lm"
     default=ROLLOUTS_TOPIC,
     show_default=True,
     help="Where the RolloutResults go.",
+)
+@click.option(
+    "--tool-calls-topic",
+    default=TOOL_CALLS_TOPIC,
+    show_default=True,
+    help="Where the episodes' ToolCallObserved events go.",
 )
 @click.option(
     "--group",
@@ -101,8 +131,12 @@ def rollouts(
     temperature: float,
     top_p: float,
     max_tokens: int,
+    max_turns: int,
+    max_context: int,
+    max_episode_time_s: float,
     tasks_topic: str,
     rollouts_topic: str,
+    tool_calls_topic: str,
     group: str,
     replica_id: str | None,
     max_tasks: int | None,
@@ -116,7 +150,10 @@ def rollouts(
     Follows MODEL's channels (hash check, hot swap, canary routing by task id, acks on
     models.acks), takes tasks from agent.tasks (or --from-pool), samples --group-size
     completions of each in one batched generate call, scores them in the sandbox in parallel
-    and writes one RolloutResult per trial to rollouts.results. Waits while no version is in
+    and writes one RolloutResult per trial to rollouts.results. A task of a multi-turn
+    environment (repository) runs as --group-size episodes of tool calls instead, within
+    --max-turns, --max-context and --max-episode-time: one RolloutResult per episode and one
+    ToolCallObserved per turn on agent.tool_calls. Waits while no version is in
     production (train one with `flywheel learn --recipe agent-sft`). Ctrl-C stops it.
 
     Refuses to start where model-written code cannot be isolated (bubblewrap; `flywheel doctor
@@ -154,6 +191,7 @@ def rollouts(
         sampling=SamplingParams(temperature, top_p, max_tokens),
         producer=f"rollouts/{replica_id}",
         seed=seed,
+        limits=EpisodeLimits(max_turns, max_context, max_episode_time_s),
     )
     producer = EventProducer(settings.kafka_client_config())
     feed = None if pool else KafkaTaskFeed(
@@ -188,7 +226,10 @@ def rollouts(
                 batch = next_batch(want)
                 if not batch:
                     continue
-                produce_results(producer, avro, worker.run(batch), rollouts_topic)
+                done_batch = worker.run_batch(batch)
+                produce_results(producer, avro, done_batch.results, rollouts_topic,
+                                tool_calls=done_batch.tool_calls,
+                                tool_calls_topic=tool_calls_topic)  # fmt: skip
                 if feed is not None:
                     feed.commit()  # after the results are acknowledged: at least once
                 done += len(batch)

@@ -1,10 +1,11 @@
 """Token windows: packed token sequences of the agent LM as immutable MDS windows.
 
 A row is one sequence, prompt then completion, right-padded to ``seq_len``; ``target`` marks the
-tokens the loss trains (the completion's, end-of-sequence included). ``rows_per_sample`` rows
-pack into one MDS sample (StreamingDataset yields ~15k samples/s per process, DESIGN §2), so a
-sample is ``(rows_per_sample, seq_len)`` arrays and the trainer's ``concat_rows`` turns a
-microbatch into ``(rows, seq_len)`` tensors. A sequence longer than ``seq_len`` keeps its end
+tokens the loss trains (the completion's, end-of-sequence included; in a multi-turn episode only the
+tokens the policy generated, never the tool observations between its turns). ``rows_per_sample``
+rows pack into one MDS sample (StreamingDataset yields ~15k samples/s per process, DESIGN §2), so a
+sample is ``(rows_per_sample, seq_len)`` arrays and the trainer's ``concat_rows`` turns a microbatch
+into ``(rows, seq_len)`` tensors. A sequence longer than ``seq_len`` keeps its end
 (the completion) and loses the start of its prompt.
 """
 
@@ -43,11 +44,17 @@ def pack_sequences(
     completions: Sequence[Sequence[int]],
     seq_len: int,
     pad_id: int,
+    masks: Sequence[Sequence[int] | None] | None = None,
 ) -> TokenRows:
-    """One row per (prompt, completion) pair; LearnerError when a completion alone exceeds
-    ``seq_len`` (raise it, or shorten ``max_new_tokens``)."""
-    if len(prompts) != len(completions):
-        raise LearnerError(f"{len(prompts)} prompts for {len(completions)} completions")
+    """One row per (prompt, completion) pair; ``target`` is 1 on the completion's tokens, or,
+    where ``masks`` gives a row a non-empty mask (one 0/1 per completion token: an episode's
+    generated tokens 1, its tool observations 0), only on those whose mask is 1. A row with no
+    mask (``masks`` None, or its entry None or empty) trains every completion token.
+    LearnerError when a completion alone exceeds ``seq_len`` (raise it, or shorten
+    ``max_new_tokens``) or a mask's length differs from its completion's."""
+    if len(prompts) != len(completions) or (masks is not None and len(masks) != len(prompts)):
+        sizes = f"{len(prompts)} prompts, {len(completions)} completions"
+        raise LearnerError(sizes + ("" if masks is None else f", {len(masks)} masks"))
     n = len(prompts)
     ids = np.full((n, seq_len), pad_id, dtype=np.int32)
     target = np.zeros((n, seq_len), dtype=np.uint8)
@@ -59,7 +66,17 @@ def pack_sequences(
             )
         sequence = [*prompt, *completion][-seq_len:]
         ids[i, : len(sequence)] = sequence
-        target[i, len(sequence) - len(completion) : len(sequence)] = 1
+        # The completion is never cut, so it ends the row: its positions are fixed.
+        start = len(sequence) - len(completion)
+        mask = masks[i] if masks is not None else None
+        if mask:
+            if len(mask) != len(completion):
+                raise LearnerError(
+                    f"row {i}: a mask of {len(mask)} for a completion of {len(completion)} tokens"
+                )
+            target[i, start : len(sequence)] = np.asarray(mask, dtype=np.uint8) == 1
+        else:
+            target[i, start : len(sequence)] = 1
         lengths[i] = len(sequence)
     return TokenRows(ids, target, lengths)
 

@@ -20,6 +20,7 @@ from schemas.events import (
     Reward,
     RolloutResult,
     SuggestionOutcome,
+    ToolCallObserved,
 )
 from tests.analytics.lake_builder import write_lake
 from tests.sample_events import PRODUCER, offered
@@ -74,6 +75,15 @@ def _rollout(task: str, group: str, passed: int, total: int, reward: float) -> l
     ]  # fmt: skip
 
 
+def _tool_call(rollout: str, turn: int, tool: str, status: str, ms: int) -> ToolCallObserved:
+    return ToolCallObserved(
+        producer=PRODUCER, event_time=DAY1, rollout_id=rollout, task_id="t1", group_id="g1",
+        model_name="agent", model_version=3, turn=turn, tool=tool, status=status,
+        duration_ms=ms, arguments_bytes=10, observation_bytes=100 * (turn + 1),
+        truncated=turn == 2, arguments="{}",
+    )  # fmt: skip
+
+
 def lake_events() -> list[Event]:
     """v1: 5 requests (4 shown, 2 accepted, 1 survived); v2: 2 requests (2 shown, 1 accepted)."""
     v1 = [
@@ -107,6 +117,13 @@ def lake_events() -> list[Event]:
     events += [_reward(o, "survival@1", r) for o, r in zip(v1, survival, strict=True)]
     events += _rollout("t1", "g1", 3, 4, 0.0) + _rollout("t1", "g1", 4, 4, 1.0)
     events += _rollout("t2", "g2", 0, 2, 0.0)
+    events += [
+        _tool_call("g1-3", 0, "run_tests", "ok", 40),
+        _tool_call("g1-3", 1, "read_file", "ok", 2),
+        _tool_call("g1-3", 2, "run_tests", "timeout", 1000),
+        _tool_call("g1-4", 0, "", "malformed", 0),
+        _tool_call("g1-4", 1, "run_tests", "ok", 60),
+    ]  # fmt: skip
     return events
 
 
@@ -197,6 +214,17 @@ def test_rollout_pass_rates(con: duckdb.DuckDBPyConnection) -> None:
     (v3,) = rows(con, "select * from rollout_pass_rates_by_version")
     assert (v3["tasks"], v3["rollouts"], v3["tests_passed"], v3["tests_total"]) == (2, 3, 7, 10)
     assert v3["pass_rate"] == pytest.approx(0.7)
+
+
+def test_tool_calls_by_version(con: duckdb.DuckDBPyConnection) -> None:
+    by_tool = {r["tool"]: r for r in rows(con, "select * from tool_calls_by_version")}
+    assert set(by_tool) == {"", "read_file", "run_tests"}
+    tests = by_tool["run_tests"]
+    assert (tests["calls"], tests["rollouts"], tests["model_version"]) == (3, 2, 3)
+    assert tests["ok_rate"] == pytest.approx(2 / 3)
+    assert tests["truncated_rate"] == pytest.approx(1 / 3)
+    assert tests["mean_duration_ms"] == pytest.approx(1100 / 3)
+    assert by_tool[""]["ok_rate"] == 0.0
 
 
 def test_topic_views_carry_hive_and_kafka_columns(con: duckdb.DuckDBPyConnection) -> None:

@@ -78,9 +78,9 @@ def test_the_sink_default_topics_keep_their_order() -> None:
 
     assert DEFAULT_TOPICS == (
         "telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests",
-        "rollouts.results", "agent.tasks", "agent.completions", "agent.feedback", "rewards",
-        "features.updates", "models.versions", "models.channels", "models.acks",
-        "privacy.erasures",
+        "rollouts.results", "agent.tasks", "agent.tool_calls", "agent.completions",
+        "agent.feedback", "rewards", "features.updates", "models.versions", "models.channels",
+        "models.acks", "privacy.erasures",
     )  # fmt: skip
 
 

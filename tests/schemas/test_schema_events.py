@@ -48,6 +48,7 @@ from schemas.events import (
     SuggestionOffered,
     SuggestionOutcome,
     TestRunCompleted,
+    ToolCallObserved,
     TrainingWindow,
 )
 from schemas.records import decode_time, encode_time, name_uuid, new_event_id, uuid_string
@@ -169,6 +170,20 @@ def examples() -> list[Event]:
             prompt_token_ids=(5, 6, 7), completion_token_ids=(8, 2),
             completion_text="    return reverse(x)\n", temperature=1.0, top_p=1.0,
             max_new_tokens=24, sandbox_status="ok",
+        ),
+        RolloutResult(
+            **COMMON, rollout_id="ro3", task_id="repo-1", group_id="g3", model_name="agent-lm",
+            model_version=2, prompt_tokens=5, completion_tokens=3, tool_calls=1, tests_passed=1,
+            tests_total=2, reward_components={"tests": 0.5}, behaviour_logprobs=(-0.5, 0.0, -0.25),
+            duration_ms=900, environment="repository", difficulty=1, prompt_token_ids=(5, 6),
+            completion_token_ids=(8, 9, 2), temperature=1.0, top_p=1.0, turns=2,
+            completion_mask=(1, 0, 1),
+        ),
+        ToolCallObserved(
+            **COMMON, rollout_id="ro3", task_id="repo-1", group_id="g3", model_name="agent-lm",
+            model_version=2, turn=0, tool="read_file", status="ok", duration_ms=12,
+            arguments_bytes=20, observation_bytes=900, truncated=True,
+            arguments='{"path":"text.py"}',
         ),
         AgentTask(
             **COMMON, task_id="ps-1", environment="program-synthesis", difficulty=2,

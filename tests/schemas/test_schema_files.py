@@ -18,6 +18,7 @@ EXPECTED_SCHEMAS = {
     "EditObserved",
     "TestRunCompleted",
     "RolloutResult",
+    "ToolCallObserved",
     "AgentTask",
     "AgentCompletion",
     "AgentFeedback",

@@ -91,6 +91,7 @@ def test_event_topics_keep_their_order() -> None:
         ("telemetry.tests", "TestRunCompleted"),
         ("rollouts.results", "RolloutResult"),
         ("agent.tasks", "AgentTask"),
+        ("agent.tool_calls", "ToolCallObserved"),
         ("agent.completions", "AgentCompletion"),
         ("agent.feedback", "AgentFeedback"),
         ("rewards", "Reward"),

@@ -4,7 +4,8 @@ train it, and the tokens of those Rewards (``rollouts.results`` by rollout id,
 (:class:`AgentLakeReads`). Each row keeps the Kafka coordinates it was read at (``_partition``,
 ``_offset`` of a Reward; ``token_partition``, ``token_offset`` of its tokens) for the dead
 letters of `learner.recipes.agent_rl.row_admission`. A column a lake file lacks (written before
-the schema had it) reads as null.
+the schema had it) reads as null: a ``completion_mask`` missing (RolloutResult before v3, every
+``agent.completions`` file) or empty means every completion token was generated.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ _REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_versi
                    "reward_fn", "reward_components", "advantage", "event_time",
                    "attributed_at", "_partition", "_offset"]  # fmt: skip
 _TOKEN_COLUMNS = ["prompt_token_ids", "completion_token_ids", "behaviour_logprobs", "temperature",
-                  "top_p"]  # fmt: skip
+                  "top_p", "completion_mask"]  # fmt: skip
 _IDS = pa.list_(pa.int64())
 TOKEN_SCHEMA = pa.schema([
     ("id", pa.string()), ("prompt_token_ids", _IDS), ("completion_token_ids", _IDS),
     ("behaviour_logprobs", pa.list_(pa.float64())), ("temperature", pa.float64()),
-    ("top_p", pa.float64()), ("token_partition", pa.int32()), ("token_offset", pa.int64()),
+    ("top_p", pa.float64()), ("completion_mask", _IDS), ("token_partition", pa.int32()),
+    ("token_offset", pa.int64()),
 ])  # fmt: skip
 
 
@@ -177,7 +179,7 @@ def _read_columns(path: Path, columns: Sequence[str]) -> pa.Table:
 _NULL_TYPES = {
     "prompt_token_ids": _IDS, "completion_token_ids": _IDS,
     "behaviour_logprobs": pa.list_(pa.float64()), "temperature": pa.float64(),
-    "top_p": pa.float64(), "_partition": pa.int32(), "_offset": pa.int64(),
+    "top_p": pa.float64(), "completion_mask": _IDS, "_partition": pa.int32(), "_offset": pa.int64(),
     "advantage": pa.float64(), "reward": pa.float64(), "group_id": pa.string(),
 }  # fmt: skip
 

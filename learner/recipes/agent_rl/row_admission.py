@@ -12,7 +12,8 @@ The learner never stops on data: every row of a Reward file ends in exactly one 
   cause and its Kafka coordinates in the window's ``dead_letters.jsonl``.
 
 Dead-letter causes: ``missing_tokens`` (no prompt ids, log-probs or completion ids),
-``length_mismatch`` (completion ids vs behaviour log-probs), ``token_out_of_vocab`` (an id
+``length_mismatch`` (completion ids vs behaviour log-probs, or vs a non-empty completion mask),
+``invalid_mask`` (a completion mask value other than 0 or 1), ``token_out_of_vocab`` (an id
 outside [0, vocab)), ``invalid_logprob`` (NaN, infinite or above 0), ``invalid_sampling``
 (temperature or top_p missing or out of range: the behaviour distribution cannot be
 reproduced), ``invalid_reward`` (reward, or a trial's advantage, missing or not finite; a
@@ -70,13 +71,13 @@ def admit_rows(
     token_topics: Mapping[str, str],
     reward_topic: str,
 ) -> Admission:
-    """Judge ``rows``: a Reward's columns (``source``, ``source_id``, ``reward``,
-    ``advantage``, ``group_id``, ``_partition``, ``_offset``) joined with its tokens'
-    (``prompt_token_ids``, ``completion_token_ids``, ``behaviour_logprobs``, ``temperature``,
-    ``top_p``, ``token_partition``, ``token_offset``). Rows of ``trial_source`` need the
-    joiner's advantage and group; others get theirs in the window. ``token_topics``: Reward
-    source → topic of its tokens (for the dead letters). ``vocab_size`` None: ids only need to
-    fit int32. Never raises on a row's content."""
+    """Judge ``rows``: a Reward's columns (``source``, ``source_id``, ``reward``, ``advantage``,
+    ``group_id``, ``_partition``, ``_offset``) joined with its tokens' (``prompt_token_ids``,
+    ``completion_token_ids``, ``behaviour_logprobs``, ``temperature``, ``top_p``,
+    ``token_partition``, ``token_offset``; ``completion_mask`` when present). Rows of
+    ``trial_source`` need the joiner's advantage and group; others get theirs in the window.
+    ``token_topics``: Reward source → topic of its tokens (for the dead letters). ``vocab_size``
+    None: ids only need to fit int32. Never raises on a row's content."""
     admission = Admission()
     for index, row in enumerate(rows):
         refused = refusal(row, vocab_size=vocab_size, trial=row.get("source") == trial_source)
@@ -117,6 +118,15 @@ def refusal(
             f"{len(completion)} completion token ids but {len(logprobs)} behaviour log-probs",
             False,
         )
+    mask: Sequence[Any] = row.get("completion_mask") or []  # null or empty: all generated
+    if mask and len(mask) != len(completion):
+        return (
+            "length_mismatch",
+            f"{len(completion)} completion token ids but a completion mask of {len(mask)}",
+            False,
+        )
+    if any(m not in (0, 1) or isinstance(m, bool) for m in mask):
+        return "invalid_mask", "a completion mask value is not 0 or 1", False
     limit = INT32_LIMIT if vocab_size is None else vocab_size
     for token in (*prompt, *completion):
         if not isinstance(token, int) or not 0 <= token < limit:

@@ -17,6 +17,9 @@ model are training rows, in the mix ``served_weight`` sets:
   Completions nobody reacted to carry no signal and stay out; served rows weigh
   ``served_weight`` (0: sandbox trials only).
 
+A multi-turn episode's completion holds its turns and the tool observations between them; only
+the tokens its ``completion_mask`` marks as generated are targets (observations are context).
+
 A trial whose Reward never arrived is in no Reward file, so it is never trained on. A Reward
 whose tokens have not reached the lake yet holds its whole file back (the next build tries again)
 until ``hold_s`` after the file's newest Reward; then the missing rows (and those recorded in
@@ -80,17 +83,18 @@ AGENT_ROW_SPEC = "agent-tokens@1"  # the windows' WindowRecord.context_spec
 # coordinates.
 _ADMISSION_COLUMNS = ["source", "source_id", "reward", "advantage", "group_id", "_partition",
                       "_offset", "prompt_token_ids", "completion_token_ids", "behaviour_logprobs",
-                      "temperature", "top_p", "token_partition", "token_offset"]  # fmt: skip
+                      "temperature", "top_p", "completion_mask", "token_partition",
+                      "token_offset"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class AgentRows:
-    """Trials as training rows: token rows plus ``behaviour`` (n, L) float32 (μ of the token at
-    each target position, 0 elsewhere), ``temperature`` it was sampled at, ``advantage``,
-    ``reward`` (n,) float32, ``version`` (n,) int32 (the model version that sampled the trial),
-    ``group`` (n,) int64, ``weight`` (n,) float32 (how much its tokens count; None: 1) and
-    ``top_p`` (n,) float64 (its nucleus threshold, float64 as sampled: the objective repeats the
-    sampler's cut exactly; None: 1, no filter)."""
+    """Trials as training rows: token rows plus ``behaviour`` (n, L) float32 (μ of the token at each
+    completion position: 0 at a tool observation's, which is no target; 0 elsewhere),
+    ``temperature`` it was sampled at, ``advantage``, ``reward`` (n,) float32, ``version`` (n,)
+    int32 (the model version that sampled the trial), ``group`` (n,) int64, ``weight`` (n,) float32
+    (how much its tokens count; None: 1) and ``top_p`` (n,) float64 (its nucleus threshold, float64
+    as sampled: the objective repeats the sampler's cut exactly; None: 1, no filter)."""
 
     tokens: TokenRows
     behaviour: np.ndarray
@@ -137,15 +141,18 @@ def agent_rows(
     pad_id: int,
     weight: Sequence[float] | None = None,
     top_p: Sequence[float] | None = None,
+    masks: Sequence[Sequence[int] | None] | None = None,
 ) -> AgentRows:
     """Pack trials (prompt and completion ids, the completion's behaviour log-probs sampled at
-    ``temperature`` and ``top_p``) as rows; LearnerError for a completion that does not fit
+    ``temperature`` and ``top_p``, one per completion token) as rows; ``masks``: per row, the
+    episode's completion mask (1 generated, 0 a tool observation: never a target), None or empty
+    when every completion token was generated. LearnerError for a completion that does not fit
     ``seq_len`` (`learner.recipes.agent_rl.row_admission` keeps those out of a window)."""
-    tokens = pack_sequences(prompts, completions, seq_len, pad_id)
+    tokens = pack_sequences(prompts, completions, seq_len, pad_id, masks)
     behaviour = np.zeros(tokens.input_ids.shape, dtype=np.float32)
     for row, values in enumerate(logprobs):
-        positions = np.flatnonzero(tokens.target[row])
-        behaviour[row, positions] = values
+        end = int(tokens.lengths[row])  # the completion ends the row (never cut)
+        behaviour[row, end - len(values) : end] = values
     return AgentRows(
         tokens, behaviour, np.asarray(temperature, dtype=np.float32),
         np.asarray(advantage, dtype=np.float32),
@@ -282,5 +289,6 @@ def _rows(table: pa.Table, config: TokenWindowConfig, pad_id: int) -> tuple[Agen
         version=table.column("model_version").to_pylist(),
         group=table.column("group_id").to_pylist(),
         seq_len=config.seq_len, pad_id=pad_id, weight=weight,
+        masks=table.column("completion_mask").to_pylist(),
     )  # fmt: skip
     return rows, cut

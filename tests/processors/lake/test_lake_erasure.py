@@ -185,6 +185,7 @@ def test_every_topic_with_a_user_column_is_erased_but_the_erasure_record() -> No
     assert set(USER_TOPICS) == {
         "telemetry.suggestions", "telemetry.outcomes", "telemetry.edits", "telemetry.tests",
         "agent.completions", "agent.feedback", "rewards", "features.updates",
+        "agent.tool_calls",  # by session_id: a served session's calls (rollouts have none)
     }  # fmt: skip
 
 

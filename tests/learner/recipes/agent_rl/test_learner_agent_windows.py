@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from array import array
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 
 from contracts.advantages import GROUP_REWARD_FN
+from contracts.lake_layout import file_path, hour_of_ms
 from learner.data.window_manifest import read_manifest
 from learner.recipes.agent_rl.row_admission import DEAD_LETTERS_NAME
 from learner.recipes.agent_rl.windows import (
@@ -22,6 +24,8 @@ from learner.recipes.agent_rl.windows import (
     build_agent_window,
     group_number,
 )
+from processors.lake.columns import LakeColumns
+from processors.lake.writer import write_parquet_atomically
 from processors.rewards.groups import group_advantages
 from processors.rewards.served import (
     FeedbackWindows,
@@ -29,9 +33,10 @@ from processors.rewards.served import (
     add_completion_event,
     completion_rewards,
 )
+from schemas.catalog import history
 from schemas.enums import AgentReaction
 from schemas.events import AgentCompletion, AgentFeedback, Reward, RolloutResult
-from schemas.records import AvroRecord
+from schemas.records import AvroRecord, encode_time
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
 from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
 
@@ -313,3 +318,35 @@ def test_served_weight_zero_trains_sandbox_trials_only(tmp_path: Path) -> None:
         0,
         2,
     )
+
+
+def test_an_episodes_tool_observations_are_context_not_targets(tmp_path: Path) -> None:
+    """A multi-turn trial (completion_mask) beside a single-shot one in a lake file written
+    before RolloutResult had the mask (v2: no column): the episode trains its generated tokens
+    only, the old row all of its completion; a mask of the wrong length is a dead letter."""
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    episode = _trial(
+        "g1", 0, 1.0, [5, 6], [8, 2, 40, 41, 9, 2], turns=2, tool_calls=1,
+        completion_mask=(1, 1, 0, 0, 1, 1), behaviour_logprobs=(-0.5, -0.5, 0.0, 0.0, -0.5, -0.5),
+    )  # fmt: skip
+    single = _trial("g1", 1, 0.0, [5, 6], [8, 9, 2])
+    broken = _trial("g1", 2, 1.0, [5, 6], [8, 2], completion_mask=(1, 1, 0))
+    old = LakeColumns(history("RolloutResult")[1])  # v2, the version before the mask
+    assert "completion_mask" not in old.names
+    table = old.table([old.row(single.to_record())], ROLLOUTS_TOPIC, 0, array("q", [0]))
+    write_parquet_atomically(table, file_path(lake, ROLLOUTS_TOPIC, 0, 0, 0,
+                                              hour_of_ms(encode_time(T0))))  # fmt: skip
+    _write(lake, ROLLOUTS_TOPIC, [episode, broken], first=1)
+    _write(lake, REWARDS_TOPIC, _rewards([episode, single, broken]))
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG,
+                                now=T0)  # fmt: skip
+    assert record is not None and record.rows == 2
+    assert record.dead_letters == {"length_mismatch": 1}
+    assert record.trained_tokens == 4 + 3
+    rows = _samples(mds / "d" / record.name)
+    by_length = {int(n): i for i, n in enumerate(rows["lengths"])}
+    ep, one = by_length[8], by_length[5]
+    assert rows["input_ids"][ep, :8].tolist() == [5, 6, 8, 2, 40, 41, 9, 2]
+    assert rows["target"][ep, :9].tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0]
+    np.testing.assert_allclose(rows["behaviour"][ep, 2:8], [-0.5, -0.5, 0, 0, -0.5, -0.5])
+    assert rows["target"][one, :6].tolist() == [0, 0, 1, 1, 1, 0]

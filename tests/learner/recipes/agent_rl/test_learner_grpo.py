@@ -18,7 +18,7 @@ from learner.errors import LearnerError
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter, token_losses
 from learner.recipes.agent_rl.recipe import fresh_versions
 from learner.recipes.agent_rl.trials import collect_trials
-from learner.recipes.agent_rl.windows import AgentRows
+from learner.recipes.agent_rl.windows import AgentRows, agent_rows
 from policies.agent_lm import AgentModelConfig, build_model, train_tokenizer
 from policies.agent_sampling import SamplingParams, nucleus_filter
 
@@ -223,3 +223,40 @@ def test_trials_of_a_rolled_back_canary_weigh_nothing() -> None:
     }  # fmt: skip
     _, count = GRPOTask(GRPOConfig(), fresh_versions=fresh).loss(model, batch)
     assert int(count) == 4  # the rows of v2 and v1, two tokens each; v3's weigh 0
+
+
+def test_an_episodes_observation_tokens_are_no_targets_and_its_turns_are_on_policy() -> None:
+    """A multi-turn row (turn, tool observation, turn) and a single-shot row: the loss counts
+    the generated tokens only, and their behaviour log-probs line up with the policy's (ratio 1)
+    although the observation tokens between them carry 0.0, also when the prompt is cut."""
+    model, tokenizer = _tiny_lm()
+    prompts = [[5, 6, 7, 8, 9], [5, 6, 7]]
+    completions = [[10, 11, 2, 40, 41, 42, 12, 2], [13, 2]]
+    masks: list[list[int] | None] = [[1, 1, 1, 0, 0, 0, 1, 1], None]
+    seq_len = 12  # the episode's row needs 13: its prompt loses a token
+    # What the rollout worker records: the sampler's log-prob per generated token, 0.0 elsewhere.
+    probe = agent_rows(prompts, completions, [[0.0] * len(c) for c in completions],
+                       temperature=[1.0, 1.0], advantage=[1.0, 1.0], reward=[1.0, 0.0],
+                       version=[0, 0], group=["g", "g"], seq_len=seq_len,
+                       pad_id=tokenizer.pad_token_id, masks=masks)  # fmt: skip
+    with torch.no_grad():
+        policy = next_token_logprobs(model, torch.from_numpy(probe.tokens.input_ids).long(),
+                                     torch.from_numpy(probe.tokens.lengths))  # fmt: skip
+    recorded = []
+    for row, (completion, mask) in enumerate(zip(completions, masks, strict=True)):
+        end = int(probe.tokens.lengths[row])
+        values = policy[row, end - len(completion) - 1 : end - 1].tolist()
+        recorded.append([v if (mask is None or m) else 0.0
+                         for v, m in zip(values, mask or values, strict=True)])  # fmt: skip
+    rows = agent_rows(prompts, completions, recorded, temperature=[1.0, 1.0],
+                      advantage=[1.0, 1.0], reward=[1.0, 0.0], version=[0, 0], group=["g", "g"],
+                      seq_len=seq_len, pad_id=tokenizer.pad_token_id, masks=masks)  # fmt: skip
+    assert rows.tokens.input_ids[0].tolist() == [6, 7, 8, 9, *completions[0]]
+    assert rows.tokens.target[0].tolist() == [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1]
+    assert rows.tokens.target[1, :5].tolist() == [0, 0, 0, 1, 1]
+    assert (rows.behaviour[0, 7:10] == 0).all() and (rows.behaviour[0, 4:7] < 0).all()
+    total, count = GRPOTask(GRPOConfig()).loss(model, rows.batch())
+    assert int(count) == 5 + 2  # the generated tokens, never the 3 observation tokens
+    # On-policy at every target: each token's loss is -A = -1. An observation position in the
+    # loss would have rho = exp(π - 0) far from 1 and move the total.
+    assert float(total.detach()) == pytest.approx(-7.0, abs=1e-4)

@@ -1,6 +1,7 @@
 """No input stops the agent learner, on the real stack: a served completion as long as the
 serving context allows (with a reaction) and a rollout trial of a 4,096-token budget go through
-the reward joiner into the lake beside ordinary trials; the learner cuts what fits once its
+the reward joiner into the lake beside ordinary trials and a multi-turn episode (its tool
+observation masked out); the learner cuts what fits once its
 prompt is shortened, leaves out what cannot fit, trains the next version and reports both in
 the version's record."""
 
@@ -92,6 +93,14 @@ def test_overlong_rows_are_cut_or_left_out_and_the_learner_trains_the_next_versi
               _trial(0, 2, 20, 10, 0.6)]  # fmt: skip
     trials += [_trial(g, i, 20, 8 + i, (0.0, 1.0, 0.4)[i]) for g in range(1, GROUPS)
                for i in range(3)]  # fmt: skip
+    # One multi-turn episode: turn (3 tokens), a tool observation (3, masked out, log-prob 0.0),
+    # turn (3); the windows train its 6 generated tokens only.
+    mask = (1, 1, 1, 0, 0, 0, 1, 1, 1)
+    trials[4] = dataclasses.replace(
+        trials[4], turns=2, tool_calls=1, completion_mask=mask, completion_tokens=6,
+        behaviour_logprobs=tuple(-1.0 if m else 0.0 for m in mask),
+    )  # fmt: skip
+    assert len(trials[4].completion_token_ids) == len(mask)
     producer = EventProducer(stack.kafka_client_config())
     for trial in trials:
         producer.send(topics.rollouts, trial.group_id, codec.encode_event(ROLLOUTS_TOPIC, trial))
