@@ -29,11 +29,6 @@ from schemas.events import RolloutResult, ToolCallObserved
 _EVENT_IDS = uuid.UUID("0b7f3c1e-5a44-4f5e-8d7c-3f2a9e6b1d20")  # namespace of derived event ids
 
 
-def tool_call_count(trace: EpisodeTrace) -> int:
-    """Turns that held a readable call (a malformed turn names no tool and is not a call)."""
-    return sum(1 for outcome in trace.outcomes if outcome.tool)
-
-
 def episode_result(
     trace: EpisodeTrace,
     *,
@@ -58,7 +53,7 @@ def episode_result(
         model_version=model_version,
         prompt_tokens=len(trace.prompt_ids) + len(trace.completion_ids) - generated,
         completion_tokens=generated,
-        tool_calls=tool_call_count(trace),
+        tool_calls=trace.tool_calls,
         tests_passed=score.tests_passed,
         tests_total=score.tests_total,
         reward_components=dict(score.components),
