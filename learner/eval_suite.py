@@ -77,3 +77,11 @@ def evaluate(
         tuple(s.status for s in scores),
         tuple(environment.cluster(t) for t in tasks),
     )
+
+
+def extra_metrics(extra: EvalResult | None, prefix: str = "eval_extra") -> dict[str, float]:
+    """The ``eval_extra`` set's pass@1 and size as ModelVersionEvent metrics (none when the set
+    was skipped: ``EvalConfig.extra_tasks`` 0)."""
+    if extra is None:
+        return {}
+    return {f"{prefix}_pass_at_1": extra.pass_at_1, f"{prefix}_tasks": float(len(extra.passed))}
