@@ -4,9 +4,6 @@ default family, program synthesis from examples (`environments.program_synthesis
 repositories fixed with tools over several turns (`environments.repository`). The rollout
 workers, the learner's eval suite and the simulator's agent users all score through here."""
 
-from collections.abc import Callable
-from typing import cast
-
 from environments.base import Environment, EnvironmentRegistry, Score, Task
 from environments.program_synthesis import NAME as PROGRAM_SYNTHESIS
 from environments.program_synthesis import ProgramSynthesis
@@ -15,8 +12,6 @@ from environments.repository.spec import NAME as REPOSITORY
 
 ENVIRONMENTS = EnvironmentRegistry()
 ENVIRONMENTS.register(PROGRAM_SYNTHESIS, ProgramSynthesis)
-# Multi-turn (episodes, no reset/score): the cast stands until the registry's type takes
-# multi-turn environments too.
-ENVIRONMENTS.register(REPOSITORY, cast(Callable[[], Environment], RepositoryEnvironment))
+ENVIRONMENTS.register(REPOSITORY, RepositoryEnvironment)  # multi-turn: ENVIRONMENTS.get_any
 
 __all__ = ["ENVIRONMENTS", "PROGRAM_SYNTHESIS", "REPOSITORY", "Environment", "Score", "Task"]

@@ -1,9 +1,14 @@
 """What an environment is: tasks, the prompt it shows, and how it scores a completion.
 
 An environment is a small Protocol (DESIGN §12): ``reset(task) → prompt``, ``score(task,
-completion) → Score`` and ``tasks(split, n, seed)`` (a seeded pool; the ``eval`` split is a fixed
-held-out set that the ``train`` split never yields). Environments are registered by name in
-:data:`ENVIRONMENTS`; a task carries its environment's name and an environment-specific
+completion) → Score`` and ``tasks(split, n, seed)`` (a seeded pool). Splits: ``train``; ``eval``,
+the release check's fixed held-out set, never in any training pool by construction; and
+``eval_extra``, a second held-out set that is only reported (each environment names it in
+``extra_eval``). ``held_out(task)`` says whether a task must never be trained on (training pools
+skip it, the task feed refuses it); ``cluster(task)`` groups tasks that are not independent (one
+program, one template): the eval check's bootstrap resamples clusters, not tasks. Environments
+— single-turn (:class:`Environment`) or multi-turn (``environments.episodes``) — are registered
+by name in :data:`ENVIRONMENTS`; a task carries its environment's name and an environment-specific
 ``spec`` (JSON text) from which the environment rebuilds everything it needs, hidden tests
 included, so tasks travel as events (``agent.tasks``) and any worker can score them.
 """
@@ -15,11 +20,15 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
 
 from environments.errors import TaskEnvironmentError
 
-Split = Literal["train", "eval", "eval_extra"]  # eval_extra: a second, report-only held-out set
+if TYPE_CHECKING:  # episodes imports this module
+    from environments.episodes import MultiTurnEnvironment
+
+Split = Literal["train", "eval", "eval_extra"]
+MAX_HELD_OUT_DRAWS = 10_000  # consecutive held-out draws before training_tasks gives up
 
 
 @dataclass(frozen=True)
@@ -54,10 +63,32 @@ class Score:
         return float(sum(self.components.values()))
 
 
-class Environment(Protocol):
-    """A family of tasks the agent acts in."""
+@runtime_checkable
+class TaskFamily(Protocol):
+    """What every environment says about its tasks: the pools and which tasks are held out."""
 
     name: str
+    extra_eval: str  # a short label of the eval_extra set ("seen programs")
+
+    def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
+        """``n`` tasks of ``split``, the same for the same seed; ``train`` never yields a task
+        that :meth:`held_out` holds out."""
+        ...
+
+    def held_out(self, task: Task) -> bool:
+        """True when ``task`` must never be trained on (an ``eval`` or ``eval_extra`` task, or
+        one of a held-out program or template); TaskEnvironmentError when it cannot be read."""
+        ...
+
+    def cluster(self, task: Task) -> str:
+        """The group ``task`` belongs to for the eval check's bootstrap (its program, its
+        template): tasks of one cluster are not independent evidence."""
+        ...
+
+
+@runtime_checkable
+class Environment(TaskFamily, Protocol):
+    """A family of single-turn tasks the agent acts in: a prompt, one completion, a score."""
 
     def reset(self, task: Task) -> str:
         """The prompt the model sees for ``task`` (never the hidden tests)."""
@@ -68,10 +99,9 @@ class Environment(Protocol):
         anything the completion does."""
         ...
 
-    def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
-        """``n`` tasks of ``split``, the same for the same seed; ``eval`` tasks never appear in
-        ``train``."""
-        ...
+
+# What the registry holds: a single-turn environment or a multi-turn one (episodes of tool calls).
+AnyEnvironment: TypeAlias = "Environment | MultiTurnEnvironment"
 
 
 @runtime_checkable
@@ -84,15 +114,16 @@ class Demonstrator(Protocol):
 
 @dataclass
 class EnvironmentRegistry:
-    """Environment name → factory. ``get`` builds (and caches) one instance per name."""
+    """Environment name → factory. ``get_any`` builds (and caches) one instance per name;
+    ``get`` is the same for callers that need a single-turn environment."""
 
-    factories: dict[str, Callable[[], Environment]] = field(default_factory=dict)
-    _built: dict[str, Environment] = field(default_factory=dict)
+    factories: dict[str, Callable[[], AnyEnvironment]] = field(default_factory=dict)
+    _built: dict[str, AnyEnvironment] = field(default_factory=dict)
 
-    def register(self, name: str, factory: Callable[[], Environment]) -> None:
+    def register(self, name: str, factory: Callable[[], AnyEnvironment]) -> None:
         self.factories[name] = factory
 
-    def get(self, name: str) -> Environment:
+    def get_any(self, name: str) -> AnyEnvironment:
         """The environment ``name``; TaskEnvironmentError naming the known ones if unknown."""
         if name not in self._built:
             factory = self.factories.get(name)
@@ -102,10 +133,15 @@ class EnvironmentRegistry:
             self._built[name] = factory()
         return self._built[name]
 
-    def get_any(self, name: str) -> Environment:
-        """The environment ``name``, single-turn or multi-turn (a registered
-        ``MultiTurnEnvironment`` is returned as it is: callers check which it is)."""
-        return self.get(name)
+    def get(self, name: str) -> Environment:
+        """The single-turn environment ``name``; TaskEnvironmentError if unknown or if it is
+        multi-turn (its tasks are episodes: ``get_any``)."""
+        environment = self.get_any(name)
+        if not isinstance(environment, Environment):
+            raise TaskEnvironmentError(
+                f"environment {name!r} is multi-turn (episodes), not a prompt-and-score one"
+            )
+        return environment
 
     def names(self) -> list[str]:
         return sorted(self.factories)
@@ -117,20 +153,43 @@ def training_tasks(
     seed: int,
     difficulties: Sequence[int] = (1, 2, 3),
 ) -> Iterator[Task]:
-    """Endless training tasks from ``environment``'s pool (never its eval set), the same sequence
-    for the same ``seed``: drawn by the environment's ``task(rng, difficulty)`` when it has one
-    (each at a difficulty drawn from ``difficulties``), else one seeded ``train`` task at a time.
-    TaskEnvironmentError (on the first draw) when ``environment`` is not registered."""
-    env = environments.get(environment)
+    """Endless training tasks from ``environment``'s pool, the same sequence for the same
+    ``seed``: drawn by the environment's ``task(rng, difficulty)`` when it has one (each at a
+    difficulty drawn from ``difficulties``), else one seeded ``train`` task at a time. A task the
+    environment holds out (:meth:`TaskFamily.held_out`) is never yielded: the pools already avoid
+    them, this makes sure. TaskEnvironmentError (on the first draw) when ``environment`` is not
+    registered or cannot say what it holds out, or when it draws nothing but held-out tasks."""
+    env = family(environments.get_any(environment))
     rng = random.Random(seed)
     draw: Callable[[random.Random, int], Task] | None = getattr(env, "task", None)
-    counter = 0
+    counter, refused = 0, 0
     while True:
         if draw is not None:
-            yield draw(rng, rng.choice(list(difficulties)))
+            task = draw(rng, rng.choice(list(difficulties)))
         else:
-            yield env.tasks("train", 1, seed=seed * 1_000_003 + counter)[0]
+            task = env.tasks("train", 1, seed=seed * 1_000_003 + counter)[0]
         counter += 1
+        if not env.held_out(task):
+            refused = 0
+            yield task
+            continue
+        refused += 1
+        if refused >= MAX_HELD_OUT_DRAWS:
+            raise TaskEnvironmentError(
+                f"{environment}: {refused} training draws in a row were held-out tasks; its "
+                "training pool must not draw them"
+            )
+
+
+def family(environment: AnyEnvironment) -> TaskFamily:
+    """``environment`` as a :class:`TaskFamily`; TaskEnvironmentError when it cannot say which of
+    its tasks are held out (then none of them may be trained on or fed)."""
+    if not isinstance(environment, TaskFamily):
+        raise TaskEnvironmentError(
+            f"environment {getattr(environment, 'name', '?')!r} does not say which tasks are held "
+            "out (held_out, cluster, extra_eval): nothing of it may train"
+        )
+    return environment
 
 
 def score_all(

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from environments.base import Score, Split, Task
+from environments.base import Score, Task, TaskFamily
 from policies.agent_chat import ParsedTurn, ToolCall
 
 # How a tool call went (ToolCallObserved.status): ran and did what was asked; ran and reported a
@@ -94,17 +94,15 @@ class Episode(Protocol):
 
 
 @runtime_checkable
-class MultiTurnEnvironment(Protocol):
-    """An environment whose tasks are episodes. ``tools`` are OpenAI tool definitions (the
+class MultiTurnEnvironment(TaskFamily, Protocol):
+    """An environment whose tasks are episodes (its pools and held-out sets as every
+    environment's: ``environments.base.TaskFamily``). ``tools`` are OpenAI tool definitions (the
     system prompt lists them; the serving API takes the same)."""
 
-    name: str
     tools: Sequence[Mapping[str, Any]]
     system: str  # the system message before the tools line
 
     def episode(self, task: Task, limits: EpisodeLimits | None = None) -> Episode: ...
-
-    def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]: ...
 
 
 @runtime_checkable

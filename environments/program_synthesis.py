@@ -7,8 +7,14 @@ e.g. ``    return upper(reverse(x))``. The named operations are in scope in the 
 :data:`PRELUDE`). Five hidden inputs, never in the prompt, score it: the reward component
 ``tests`` is the fraction of them the completion gets right, compared outside the sandbox.
 
-The pool is seeded. ``eval`` tasks are a fixed set drawn from their own seed namespace;
-``train`` never yields a task whose id is in it (and ids hash the whole spec, inputs included).
+Held out by program. A program is a kind and its operations (:func:`program`, e.g.
+``str:reverse>upper``, innermost first); in each (kind, depth) stratum a fixed share
+(:data:`HELD_OUT_SHARE`, at least one, never all) is held out, chosen by a hash of the program.
+``eval`` tasks (the release check's set) are tasks of held-out programs, drawn from their own seed
+namespace with the depth uniform, as in training; ``eval_extra`` ("seen programs") are tasks of
+training programs with inputs from another eval namespace (in-distribution). ``train`` and
+``task(rng, depth)`` draw training programs only and never an ``eval_extra`` task (ids hash the
+whole spec, inputs included). A task's cluster, for the eval check's bootstrap, is its program.
 
 Most completions a trained model writes are compositions of the task's own operations
 (``    return a(b(x))``). Those are scored without running them: :func:`composition` reads the
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -39,6 +46,7 @@ HEADER = "def f(x):\n"
 EXAMPLES = 3
 TESTS = 5
 MAX_DEPTH = 3
+HELD_OUT_SHARE = 0.1  # of the programs of each (kind, depth): eval only
 TRUSTED_DEPTH = 6  # deeper compositions (square of square of … grows without bound) are sandboxed
 
 # The operations, by the kind of value they map (each maps a kind to itself, so any composition
@@ -153,6 +161,34 @@ def composition(completion: str, kind: str) -> tuple[str, ...] | None:
     return tuple(reversed(ops))
 
 
+_Programs = dict[tuple[str, int], list[tuple[str, ...]]]  # (kind, depth) → its programs
+
+
+def program(kind: str, ops: Sequence[str]) -> str:
+    """A program's name, ``kind:op>op`` (innermost first): held-out rule key and cluster id."""
+    return f"{kind}:{'>'.join(ops)}"
+
+
+def _split_programs(share: float) -> tuple[_Programs, _Programs]:
+    """(training, held-out) programs per (kind, depth): in each stratum the ``share`` (at least
+    one, never all) whose sha256 of :func:`program` sorts first."""
+    training: _Programs = {}
+    held: _Programs = {}
+    for kind, ops in OPERATIONS.items():
+        for depth in range(1, MAX_DEPTH + 1):
+            programs = sorted(
+                itertools.product(sorted(ops), repeat=depth),
+                key=lambda p: hashlib.sha256(program(kind, p).encode()).hexdigest(),
+            )
+            cut = min(max(1, round(share * len(programs))), len(programs) - 1)
+            held[kind, depth] = sorted(programs[:cut])
+            training[kind, depth] = sorted(programs[cut:])
+    return training, held
+
+
+TRAINING_PROGRAMS, HELD_OUT_PROGRAMS = _split_programs(HELD_OUT_SHARE)
+HELD_OUT = frozenset(program(k, p) for (k, _), ps in HELD_OUT_PROGRAMS.items() for p in ps)
+
 _INPUTS: Mapping[str, Callable[[random.Random], Any]] = {
     "str": lambda r: "".join(r.choice("abcdeiouxyzABCDEO") for _ in range(r.randint(3, 7))),
     "list": lambda r: [r.randint(-9, 9) for _ in range(r.randint(3, 6))],
@@ -164,11 +200,24 @@ class ProgramSynthesis:
     """The environment (registered as ``program-synthesis``)."""
 
     name = NAME
+    extra_eval = "seen programs"
 
-    def __init__(self, eval_size: int = 1000, limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self, eval_size: int = 1000, limits: SandboxLimits | None = None,
+        extra_size: int | None = None,
+    ) -> None:  # fmt: skip
+        """``eval_size`` tasks of held-out programs; ``extra_size`` (default: as many) of
+        training programs with unseen inputs."""
         self.limits = limits or SandboxLimits()
-        self._eval = [self._draw(random.Random(f"eval-{i}"), None) for i in range(eval_size)]
-        self._eval_ids = {t.task_id for t in self._eval}
+        held, seen = HELD_OUT_PROGRAMS, TRAINING_PROGRAMS
+        self._sets: dict[Split, list[Task]] = {
+            "eval": [self._draw(random.Random(f"eval-{i}"), None, held) for i in range(eval_size)],
+            "eval_extra": [
+                self._draw(random.Random(f"eval-extra-{i}"), None, seen)
+                for i in range(eval_size if extra_size is None else extra_size)
+            ],
+        }
+        self._held_ids = {t.task_id for tasks in self._sets.values() for t in tasks}
 
     def reset(self, task: Task) -> str:
         spec = self._spec(task)
@@ -203,31 +252,46 @@ class ProgramSynthesis:
         return solution(self._spec(task).ops)
 
     def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
-        if split == "eval":
-            if n > len(self._eval):
-                raise TaskEnvironmentError(f"the eval set has {len(self._eval)} tasks, asked {n}")
-            return self._eval[:n]
+        """``n`` tasks of ``split``: ``eval`` and ``eval_extra`` are fixed (``seed`` unused),
+        ``train`` is seeded; TaskEnvironmentError when a fixed set has fewer than ``n``."""
+        if split != "train":
+            fixed = self._sets[split]
+            if n > len(fixed):
+                raise TaskEnvironmentError(f"the {split} set has {len(fixed)} tasks, asked {n}")
+            return fixed[:n]
         rng = random.Random(f"train-{seed}")
-        out: list[Task] = []
-        while len(out) < n:
-            task = self._draw(rng, None)
-            if task.task_id not in self._eval_ids:
-                out.append(task)
-        return out
+        return [self._training(rng, None) for _ in range(n)]
 
     def task(self, rng: random.Random, depth: int) -> Task:
         """One training task of composition depth ``depth`` (1..3)."""
         if not 1 <= depth <= MAX_DEPTH:
             raise TaskEnvironmentError(f"depth {depth} is outside 1..{MAX_DEPTH}")
+        return self._training(rng, depth)
+
+    def held_out(self, task: Task) -> bool:
+        """True for a task of a held-out program and for an ``eval``/``eval_extra`` task (by its
+        id or by the id its spec hashes to)."""
+        spec = self._spec(task)
+        return (program(spec.kind, spec.ops) in HELD_OUT or task.task_id in self._held_ids
+                or _task_id(spec.to_json()) in self._held_ids)  # fmt: skip
+
+    def cluster(self, task: Task) -> str:
+        """The task's program (``str:reverse>upper``): its tasks are not independent."""
+        spec = self._spec(task)
+        return program(spec.kind, spec.ops)
+
+    def _training(self, rng: random.Random, depth: int | None) -> Task:
         while True:
-            task = self._draw(rng, depth)
-            if task.task_id not in self._eval_ids:
+            task = self._draw(rng, depth, TRAINING_PROGRAMS)
+            if task.task_id not in self._held_ids:  # an eval_extra task: inputs held out
                 return task
 
-    def _draw(self, rng: random.Random, depth: int | None) -> Task:
+    def _draw(self, rng: random.Random, depth: int | None, programs: _Programs) -> Task:
+        """A task of ``programs``: kind and depth uniform (depth given or drawn), then one of
+        the stratum's programs, then distinct inputs."""
         kind = rng.choice(sorted(OPERATIONS))
         depth = depth or rng.randint(1, MAX_DEPTH)
-        ops = tuple(rng.choice(sorted(OPERATIONS[kind])) for _ in range(depth))
+        ops = rng.choice(programs[kind, depth])
         draw = _INPUTS[kind]
         inputs: list[Any] = []
         while len(inputs) < EXAMPLES + TESTS:
@@ -236,10 +300,13 @@ class ProgramSynthesis:
                 inputs.append(value)
         spec = Spec(kind, ops, tuple(inputs[:EXAMPLES]), tuple(inputs[EXAMPLES:]))
         text = spec.to_json()
-        task_id = f"ps-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-        return Task(task_id, NAME, depth, text)
+        return Task(_task_id(text), NAME, depth, text)
 
     def _spec(self, task: Task) -> Spec:
         if task.environment != NAME:
             raise TaskEnvironmentError(f"task {task.task_id} is for {task.environment!r}")
         return Spec.from_json(task.spec)
+
+
+def _task_id(spec_json: str) -> str:
+    return f"ps-{hashlib.sha256(spec_json.encode()).hexdigest()[:16]}"

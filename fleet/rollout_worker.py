@@ -37,7 +37,15 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from contracts.dead_letters import Origin, dead_letter
 from contracts.errors import RecordRejected
-from environments.base import EnvironmentRegistry, Score, Task, score_all, training_tasks
+from environments.base import (
+    Environment,
+    EnvironmentRegistry,
+    Score,
+    Task,
+    family,
+    score_all,
+    training_tasks,
+)
 from environments.episode_runner import run_episodes
 from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from environments.errors import TaskEnvironmentError
@@ -289,16 +297,37 @@ def pool_tasks(
     seed: int,
     difficulties: Sequence[int] = (1, 2, 3),
 ) -> Iterator[TaskRequest]:
-    """Endless training tasks from ``environment``'s pool (never its eval set;
-    ``environments.base.training_tasks``), each to run as a group of ``group_size`` trials."""
+    """Endless training tasks from ``environment``'s pool (never a held-out task:
+    ``environments.base.training_tasks`` skips them), each to run as a group of ``group_size``
+    trials."""
     for task in training_tasks(environments, environment, seed, difficulties):
         yield TaskRequest(task, group_size)
 
 
+def task_refusal(environments: EnvironmentRegistry, task: Task) -> RecordRejected | None:
+    """Why the feed must not run ``task``, or None to run it: ``invalid_task`` when no registered
+    environment can read it, ``held_out_task`` when its environment holds it out (an eval task:
+    trials of it would train the next version on the release check's own questions)."""
+    try:
+        environment = family(environments.get_any(task.environment))
+        if isinstance(environment, Environment):
+            environment.reset(task)  # the spec must be readable before trials are spent on it
+        if environment.held_out(task):
+            return RecordRejected(
+                "held_out_task",
+                f"task {task.task_id} is held out by {task.environment} (its eval sets); "
+                "held-out tasks are never run for training",
+            )
+    except TaskEnvironmentError as exc:
+        return RecordRejected("invalid_task", str(exc))
+    return None
+
+
 class KafkaTaskFeed:
     """Tasks from ``agent.tasks`` in a consumer group: a batch is committed only after its
-    results were produced (:meth:`commit`). An undecodable task or one no environment can read
-    goes to ``dlq.rollouts`` with the cause, and the feed goes on."""
+    results were produced (:meth:`commit`). An undecodable task, one no environment can read or
+    one its environment holds out (:func:`task_refusal`) goes to ``dlq.rollouts`` with the
+    cause, and the feed goes on."""
 
     def __init__(
         self,
@@ -359,21 +388,24 @@ class KafkaTaskFeed:
         value = message.value() or b""
         try:
             event = AgentTask.from_record(self._codec.decode(AGENT_TASKS_TOPIC, value))
-            task = Task(event.task_id, event.environment, event.difficulty, event.spec)
-            environment = self._environments.get(task.environment)
-            environment.reset(task)  # the spec must be readable before trials are spent on it
-        except (DecodeError, TaskEnvironmentError) as exc:
-            cause = exc.cause if isinstance(exc, DecodeError) else "invalid_task"
-            origin = Origin(message.topic() or "", message.partition() or 0,
-                            message.offset() or 0, message.key(), value)  # fmt: skip
-            letter = dead_letter(RecordRejected(cause, str(exc)), origin, stage="rollouts",
-                                 carries_code_text=False)  # fmt: skip
-            self._dead_letters.send(self._dlq, letter.key, letter.value, letter.headers)
-            self._dead_letters.flush()
-            self.dead_lettered += 1
+        except DecodeError as exc:
+            self._dead_letter(message, RecordRejected(exc.cause, str(exc)))
+            return None
+        task = Task(event.task_id, event.environment, event.difficulty, event.spec)
+        refusal = task_refusal(self._environments, task)
+        if refusal is not None:
+            self._dead_letter(message, refusal)
             return None
         size = event.group_size or self._default_group_size
         return TaskRequest(task, size, str(uuid.uuid5(_IDS, event.event_id)))
+
+    def _dead_letter(self, message: Message, rejected: RecordRejected) -> None:
+        origin = Origin(message.topic() or "", message.partition() or 0,
+                        message.offset() or 0, message.key(), message.value() or b"")  # fmt: skip
+        letter = dead_letter(rejected, origin, stage="rollouts", carries_code_text=False)
+        self._dead_letters.send(self._dlq, letter.key, letter.value, letter.headers)
+        self._dead_letters.flush()
+        self.dead_lettered += 1
 
 
 def produce_results(

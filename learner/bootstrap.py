@@ -88,6 +88,28 @@ def mean_lower(
     )
 
 
+def clustered_mean_lower(
+    terms: np.ndarray,
+    clusters: np.ndarray | None,
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    resamples: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> float:
+    """Bootstrap lower bound on mean(terms) when rows of one cluster are not independent (tasks
+    of one program): clusters are resampled with replacement and the statistic is the mean over
+    the rows they bring (sum of terms / rows). ``clusters`` (n,) holds each row's cluster id
+    (None: a cluster of its own); without it this is :func:`mean_lower`'s row bootstrap.
+    Other arguments as :func:`bootstrap_lower`."""
+    sums = cluster_sums(clusters, np.asarray(terms, dtype=np.float64))  # (k, 2): rows, sum
+
+    def mean(idx: np.ndarray) -> np.ndarray:
+        picked = sums[idx]  # (b, k, 2)
+        return np.asarray(picked[..., 1].sum(axis=1) / picked[..., 0].sum(axis=1))
+
+    return bootstrap_lower(mean, len(sums), confidence=confidence, resamples=resamples, seed=seed)
+
+
 def cluster_sums(clusters: np.ndarray | None, *columns: np.ndarray) -> np.ndarray:
     """(k, 1 + len(columns)): per cluster its row count and the sums of ``columns`` (n,);
     rows of cluster None (unknown user) are each a cluster of their own. Without ``clusters``

@@ -3,7 +3,10 @@ and scored in the sandbox. pass@1 is the share of tasks whose greedy completion 
 hidden test; mean reward is the mean of the trials' summed reward components.
 
 Per-task results are kept (``passed``, ``rewards``, in task order) so two versions evaluated on
-the same tasks can be compared pairwise (the agent's eval check, part 2).
+the same tasks can be compared pairwise (the agent's eval check, part 2), with each task's
+cluster (``environment.cluster``: its program) so the check's bootstrap resamples clusters.
+The release check uses the ``eval`` split (held out by program); ``eval_extra`` (the
+environment's ``extra_eval``, "seen programs") is evaluated the same way and only reported.
 
 A multi-turn environment (``environments.episodes.MultiTurnEnvironment``) is evaluated on whole
 greedy episodes (``environments.episode_runner.run_episodes``): a task passes when the episode's
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from environments.base import Environment, Score, Task, score_all
-from environments.episode_runner import run_episodes
+from environments.episode_runner import EpisodeTrace, run_episodes
 from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from policies.agent_sampling import SamplingParams, sample
 
@@ -28,11 +31,13 @@ GREEDY_BATCH = 32  # prompts per generate call
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """The eval suite: the first ``tasks`` held-out tasks, greedy."""
+    """The eval suite: the first ``tasks`` held-out tasks, greedy; the first ``extra_tasks``
+    of the ``eval_extra`` set, reported beside them (0: skip it)."""
 
     tasks: int = 1000  # a lift of 2 points is significant on 1,000 paired tasks, not on 200
     max_new_tokens: int = 24  # per turn in a multi-turn environment
     max_turns: int = 8  # multi-turn environments only
+    extra_tasks: int = 200  # report only: a point estimate, so fewer tasks (and less time)
 
     def limits(self) -> EpisodeLimits:
         return EpisodeLimits(max_turns=self.max_turns)
@@ -40,8 +45,8 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One model on one task set: per-task pass (bool) and reward, in task order; per-task
-    turns and tool calls (a single-shot trial is one turn, no call)."""
+    """One model on one task set: per-task pass (bool), reward and cluster, in task order;
+    per-task turns and tool calls (a single-shot trial is one turn, no call)."""
 
     task_ids: tuple[str, ...]
     passed: np.ndarray  # (n,) bool
@@ -49,6 +54,7 @@ class EvalResult:
     statuses: tuple[str, ...]
     turns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
     tool_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
+    clusters: tuple[str, ...] = ()  # (n,) each task's cluster; empty: every task its own
 
     @property
     def pass_at_1(self) -> float:
@@ -76,8 +82,11 @@ def evaluate(
     one episode per task in a multi-turn environment (``max_new_tokens`` per turn, within
     ``limits``)."""
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    clusters = tuple(environment.cluster(t) for t in tasks)
     if isinstance(environment, MultiTurnEnvironment):
-        return _evaluate_episodes(model, tokenizer, environment, tasks, greedy, limits)
+        traces = _episodes(model, tokenizer, environment, tasks, greedy, limits)
+        return _result(tasks, [t.score for t in traces], clusters, [t.turns for t in traces],
+                       [t.tool_calls for t in traces])  # fmt: skip
     trials: list[tuple[Environment, Task, str]] = []
     for start in range(0, len(tasks), GREEDY_BATCH):
         chunk = tasks[start : start + GREEDY_BATCH]
@@ -86,28 +95,30 @@ def evaluate(
             (environment, task, group[0].text) for task, group in zip(chunk, groups, strict=True)
         )
     scores = score_all(trials)
-    return _result(tasks, scores, [1] * len(tasks), [0] * len(tasks))
+    return _result(tasks, scores, clusters, [1] * len(tasks), [0] * len(tasks))
 
 
-def _evaluate_episodes(
+def _episodes(
     model: Any,
     tokenizer: Any,
     environment: MultiTurnEnvironment,
     tasks: Sequence[Task],
     greedy: SamplingParams,
     limits: EpisodeLimits | None,
-) -> EvalResult:
-    traces = []
+) -> list[EpisodeTrace]:
+    traces: list[EpisodeTrace] = []
     for start in range(0, len(tasks), GREEDY_BATCH):
         chunk = tasks[start : start + GREEDY_BATCH]
         traces.extend(run_episodes(model, tokenizer, environment, chunk, greedy, limits=limits))
-    return _result(
-        tasks, [t.score for t in traces], [t.turns for t in traces], [t.tool_calls for t in traces]
-    )
+    return traces
 
 
 def _result(
-    tasks: Sequence[Task], scores: Sequence[Score], turns: Sequence[int], calls: Sequence[int]
+    tasks: Sequence[Task],
+    scores: Sequence[Score],
+    clusters: tuple[str, ...],
+    turns: Sequence[int],
+    calls: Sequence[int],
 ) -> EvalResult:
     return EvalResult(
         tuple(t.task_id for t in tasks),
@@ -116,4 +127,13 @@ def _result(
         tuple(s.status for s in scores),
         np.asarray(turns, dtype=np.int64),
         np.asarray(calls, dtype=np.int64),
+        clusters,
     )
+
+
+def extra_metrics(extra: EvalResult | None, prefix: str = "eval_extra") -> dict[str, float]:
+    """The ``eval_extra`` set's pass@1 and size as ModelVersionEvent metrics (none when the set
+    was skipped: ``EvalConfig.extra_tasks`` 0)."""
+    if extra is None:
+        return {}
+    return {f"{prefix}_pass_at_1": extra.pass_at_1, f"{prefix}_tasks": float(len(extra.passed))}

@@ -195,7 +195,8 @@ CHAT_TEMPLATE = (
     "{%- if m.role == 'system' and loop.first and tools_text -%}"
     "<|system|>{{ m.content or '' }}{{ ' ' if m.content else '' }}{{ tools_text }}{{ '\\n' }}"
     "{%- elif m.role == 'assistant' -%}<|assistant|>{{ m.content or '' }}"
-    "{%- for c in (m.tool_calls or []) -%}{%- set f = c.function if c.function is defined else c -%}"
+    "{%- for c in (m.tool_calls or []) -%}"
+    "{%- set f = c.function if c.function is defined else c -%}"
     '<tool_call>{"name":{{ f.name | tojson }},"arguments":'
     "{%- if f.arguments is string -%}{{ f.arguments }}{%- else -%}"
     "{{ f.arguments | tojson(separators=(',', ':')) }}{%- endif -%}}</tool_call>"

@@ -67,6 +67,7 @@ class CounterWorld:
     name = "counter"
     tools: Sequence[Mapping[str, Any]] = TOOLS
     system = "Count."
+    extra_eval = "none"
 
     def __init__(self, explode: bool = False) -> None:
         self.opened: list[CounterEpisode] = []
@@ -79,6 +80,12 @@ class CounterWorld:
     def tasks(self, split: Split, n: int, seed: int = 0) -> list[Task]:
         targets = [3, 12, 123456, 7, 45][:n]  # different prompt lengths: left padding
         return [Task(f"t{t}", self.name, 1, json.dumps({"target": t})) for t in targets]
+
+    def held_out(self, task: Task) -> bool:
+        return False
+
+    def cluster(self, task: Task) -> str:
+        return task.task_id
 
     def expert_action(self, task: Task, history: Sequence[tuple[ToolCall, str]]) -> ToolCall:
         if history:

@@ -1,4 +1,4 @@
-"""The program-synthesis environment: seeded pools, a held-out eval set, hidden tests."""
+"""The program-synthesis environment: seeded pools, eval sets held out by program, tests."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ from environments.base import score_all
 from environments.errors import TaskEnvironmentError
 from environments.program_synthesis import (
     HEADER,
+    HELD_OUT,
+    HELD_OUT_PROGRAMS,
     MAX_DEPTH,
     OPERATIONS,
     PRELUDE,
+    TRAINING_PROGRAMS,
     ProgramSynthesis,
     Spec,
     apply,
     composition,
+    program,
     solution,
 )
 from environments.sandbox import run_program
@@ -27,6 +31,11 @@ from environments.sandbox import run_program
 @pytest.fixture(scope="module")
 def env() -> ProgramSynthesis:
     return ProgramSynthesis(eval_size=50)
+
+
+@pytest.fixture(scope="module")
+def full() -> ProgramSynthesis:
+    return ProgramSynthesis()  # the default sets: 1,000 eval tasks, 1,000 eval_extra tasks
 
 
 def test_registered_by_name() -> None:
@@ -38,11 +47,53 @@ def test_registered_by_name() -> None:
 def test_pools_are_seeded_and_eval_is_held_out(env: ProgramSynthesis) -> None:
     assert env.tasks("train", 20, seed=3) == env.tasks("train", 20, seed=3)
     assert env.tasks("train", 20, seed=3) != env.tasks("train", 20, seed=4)
-    held_out = {t.task_id for t in env.tasks("eval", 50)}
-    assert len(held_out) == 50
+    held_out = {t.task_id for t in env.tasks("eval", 50) + env.tasks("eval_extra", 50)}
+    assert len(held_out) == 100
     assert not held_out & {t.task_id for t in env.tasks("train", 2000, seed=0)}
     rng = random.Random(1)
     assert all(env.task(rng, d).difficulty == d for d in range(1, MAX_DEPTH + 1))
+    with pytest.raises(TaskEnvironmentError, match="eval_extra set has 50"):
+        env.tasks("eval_extra", 51)
+
+
+def test_a_tenth_of_the_programs_of_every_kind_and_depth_is_held_out() -> None:
+    for stratum, training in TRAINING_PROGRAMS.items():
+        held = HELD_OUT_PROGRAMS[stratum]
+        assert held and training and not set(held) & set(training)  # both sides, every depth
+        assert len(held) == max(1, round(0.1 * (len(held) + len(training))))
+    assert len(HELD_OUT) == sum(map(len, HELD_OUT_PROGRAMS.values())) == 196
+
+
+def test_no_eval_program_and_no_eval_extra_task_in_any_training_draw(
+    full: ProgramSynthesis,
+) -> None:
+    evals, extras = full.tasks("eval", 1000), full.tasks("eval_extra", 1000)
+    eval_programs = {full.cluster(t) for t in evals}
+    assert len(eval_programs) > 100 and eval_programs <= HELD_OUT  # many distinct programs
+    assert {t.difficulty for t in evals} == {1, 2, 3}
+    rng = random.Random(0)
+    drawn = [full.task(rng, rng.randint(1, MAX_DEPTH)) for _ in range(20_000)]
+    drawn += full.tasks("train", 20_000, seed=1)
+    assert not eval_programs & {full.cluster(t) for t in drawn}
+    assert not {t.task_id for t in extras} & {t.task_id for t in drawn}
+    # eval_extra is in-distribution: its programs are training programs
+    training = {program(k, p) for (k, _), ps in TRAINING_PROGRAMS.items() for p in ps}
+    assert {full.cluster(t) for t in extras} | {full.cluster(t) for t in drawn} <= training
+    assert not any(full.held_out(t) for t in drawn[:2000])
+    assert all(full.held_out(t) for t in evals + extras)
+
+
+def test_held_out_reads_the_spec_not_only_the_id(full: ProgramSynthesis) -> None:
+    evaluated, extra = full.tasks("eval", 1)[0], full.tasks("eval_extra", 1)[0]
+    renamed = [type(t)("forged", t.environment, t.difficulty, t.spec) for t in (evaluated, extra)]
+    assert all(full.held_out(t) for t in renamed)
+    spec = Spec.from_json(evaluated.spec)
+    assert (
+        full.cluster(evaluated)
+        == program(spec.kind, spec.ops)
+        == f"{spec.kind}:" + ">".join(spec.ops)
+    )
+    assert full.extra_eval == "seen programs"
 
 
 def test_the_prompt_shows_examples_never_the_hidden_tests(env: ProgramSynthesis) -> None:

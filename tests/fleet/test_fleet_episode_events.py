@@ -5,13 +5,13 @@ rollout worker runs a multi-turn environment's tasks as episodes."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import fastavro
 import pytest
 
-from environments.base import Environment, EnvironmentRegistry, Score, Task
+from environments.base import EnvironmentRegistry, Score, Task
 from environments.episode_runner import EpisodeTrace
 from environments.episodes import Episode, EpisodeLimits, ToolOutcome
 from fleet import rollout_worker
@@ -142,6 +142,13 @@ class _Repository:
     name = "repository"
     tools: Sequence[dict[str, Any]] = ()
     system = "fix it"
+    extra_eval = "none"
+
+    def held_out(self, task: Task) -> bool:
+        return False
+
+    def cluster(self, task: Task) -> str:
+        return task.task_id
 
     def episode(self, task: Task, limits: EpisodeLimits | None = None) -> Episode:
         raise AssertionError("the runner is patched")
@@ -169,7 +176,7 @@ def test_the_worker_runs_a_multi_turn_task_as_a_group_of_episodes(
 
     monkeypatch.setattr(rollout_worker, "run_episodes", run_episodes)
     registry = EnvironmentRegistry()
-    registry.register("repository", cast(Callable[[], Environment], _Repository))
+    registry.register("repository", _Repository)
     limits = EpisodeLimits(max_turns=5, max_tokens=300, wall_s=9.0)
     worker = RolloutWorker(_Subscriber(), registry, sampling=SAMPLING,  # type: ignore[arg-type]
                            producer="rollouts/test", seed=1, limits=limits)  # fmt: skip

@@ -184,6 +184,10 @@ def test_tasks_from_the_topic_run_with_stable_ids_and_bad_ones_are_dead_lettered
     unknown = AgentTask(producer="test", task_id="t-x", environment="no-such-env", difficulty=1,
                         group_size=2, spec="{}")  # fmt: skip
     producer.send(tasks_topic, "t-x", agent.codec.encode_event("agent.tasks", unknown))
+    held = env.tasks("eval", 1)[0]  # the release check's own question: never a training trial
+    evaluated = AgentTask(producer="test", task_id=held.task_id, environment=held.environment,
+                          difficulty=held.difficulty, group_size=2, spec=held.spec)  # fmt: skip
+    producer.send(tasks_topic, held.task_id, agent.codec.encode_event("agent.tasks", evaluated))
     producer.send(tasks_topic, "t-y", b"garbage!")
     producer.flush()
     worker = agent.worker()
@@ -196,9 +200,9 @@ def test_tasks_from_the_topic_run_with_stable_ids_and_bad_ones_are_dead_lettered
         requests = []
         for _ in range(20):
             requests += feed.poll(10, timeout_s=1.0)
-            if len(requests) == 2 and feed.dead_lettered == 2:
+            if len(requests) == 2 and feed.dead_lettered == 3:
                 break
-        assert len(requests) == 2 and feed.dead_lettered == 2
+        assert len(requests) == 2 and feed.dead_lettered == 3
         results = worker.run(requests)
         assert len(results) == 4  # each task's own group_size
         again = worker.run(requests)  # a redelivered task: the same group and rollout ids
@@ -207,6 +211,6 @@ def test_tasks_from_the_topic_run_with_stable_ids_and_bad_ones_are_dead_lettered
     finally:
         worker.subscriber.close()
         feed.close()
-    letters = read(agent.stack, dlq, 2, avro=False)
+    letters = read(agent.stack, dlq, 3, avro=False)
     causes = sorted(h["flywheel.cause"].decode() for _, h in letters)
-    assert causes == ["bad_magic", "invalid_task"]
+    assert causes == ["bad_magic", "held_out_task", "invalid_task"]

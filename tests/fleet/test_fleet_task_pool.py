@@ -1,12 +1,13 @@
-"""The rollout worker's pooled tasks are the environment's training tasks, one group each."""
+"""The rollout worker's pooled tasks are the environment's training tasks, one group each; the
+task feed refuses held-out and unreadable tasks."""
 
 from __future__ import annotations
 
 from itertools import islice
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import training_tasks
-from fleet.rollout_worker import pool_tasks
+from environments.base import Task, training_tasks
+from fleet.rollout_worker import pool_tasks, task_refusal
 
 
 def test_pooled_tasks_are_the_training_tasks_in_groups_of_the_asked_size() -> None:
@@ -15,3 +16,25 @@ def test_pooled_tasks_are_the_training_tasks_in_groups_of_the_asked_size() -> No
     assert [r.task for r in pooled] == expected
     assert {r.group_size for r in pooled} == {4}
     assert len({r.group_id for r in pooled}) == 6
+
+
+def test_pooled_tasks_are_never_held_out() -> None:
+    env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
+    pooled = [r.task for r in islice(pool_tasks(ENVIRONMENTS, PROGRAM_SYNTHESIS, 2, seed=3), 3000)]
+    assert not any(env.held_out(t) for t in pooled)
+    assert not {env.cluster(t) for t in pooled} & {env.cluster(t) for t in env.tasks("eval", 1000)}
+
+
+def test_the_feed_refuses_held_out_and_unreadable_tasks_and_runs_training_ones() -> None:
+    env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
+    training = env.tasks("train", 1, seed=2)[0]
+    assert task_refusal(ENVIRONMENTS, training) is None
+    for held in (env.tasks("eval", 1)[0], env.tasks("eval_extra", 1)[0]):
+        refusal = task_refusal(ENVIRONMENTS, held)
+        assert refusal is not None and refusal.cause == "held_out_task"
+        assert held.task_id in str(refusal) and "held out" in str(refusal)
+    unknown = Task("t-x", "no-such-env", 1, "{}")
+    unreadable = Task("t-y", PROGRAM_SYNTHESIS, 1, '{"kind": "str"}')
+    for task in (unknown, unreadable):
+        refusal = task_refusal(ENVIRONMENTS, task)
+        assert refusal is not None and refusal.cause == "invalid_task"

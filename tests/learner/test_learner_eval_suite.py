@@ -17,6 +17,13 @@ class EchoWorld:
     """Single-shot: a completion passes when it is not empty."""
 
     name = "echo"
+    extra_eval = "none"
+
+    def held_out(self, task: Task) -> bool:
+        return False
+
+    def cluster(self, task: Task) -> str:
+        return task.task_id
 
     def reset(self, task: Task) -> str:
         return "Say something: "

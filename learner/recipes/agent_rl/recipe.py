@@ -3,8 +3,8 @@
     wait for rewarded trials (sandbox rollouts, and completions served to users) in the lake
       → token windows (learner.recipes.agent_rl.windows; the mix: windows.served_weight)
       → GRPO on them, warm-started from production (checkpoints, autoresume, microbatches)
-      → the eval suite: candidate vs production, paired, on held-out tasks
-        (learner.recipes.agent_rl.eval_check)
+      → the eval suite: candidate vs production, paired, on held-out tasks, bounds clustered
+        (learner.recipes.agent_rl.eval_check); pass@1 on the eval_extra set reported beside
       → artifact + REGISTERED / GATE_* with every number → canary on a share of the rollout
         workers' tasks, decided on the online trial reward → PROMOTED or ROLLED_BACK → repeat
 
@@ -31,6 +31,7 @@ import numpy as np
 
 from contracts.advantages import GROUP_REWARD_FN
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from environments.base import Task
 from learner.config import load_config
 from learner.continuous import (
     WINDOW_LAST_EVENT_METRIC,
@@ -46,7 +47,7 @@ from learner.data.replay import StreamsConfig
 from learner.data.window_manifest import WindowRecord
 from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalConfig, EvalResult, evaluate
+from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
 from learner.lifecycle import LearnerStats
 from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
@@ -153,6 +154,8 @@ class AgentRLRecipe:
         self.dataset = f"{config.model_name}.tokens"
         self.environment = ENVIRONMENTS.get(config.environment)
         self.eval_tasks = self.environment.tasks("eval", config.eval.tasks)
+        extra = config.eval.extra_tasks  # the eval_extra set: reported, never deciding
+        self.extra_tasks = self.environment.tasks("eval_extra", extra) if extra > 0 else []
         self._settings = LoopSettings(
             model_name=self.model_name, dataset=self.dataset, reward_fn=GROUP_REWARD_FN,
             min_new_rows=config.loop.min_new_rows, poll_s=config.loop.poll_s,
@@ -162,6 +165,7 @@ class AgentRLRecipe:
         )  # fmt: skip
         self._registry: ModelRegistry | None = None  # production()'s, for the promotions
         self._evals: dict[int, EvalResult] = {}  # each version's eval suite result, once
+        self._extra_evals: dict[int, EvalResult] = {}  # and its eval_extra result
         self._reads = AgentLakeReads(paths.lake, self.model_name, config.windows.sources)
 
     @property
@@ -215,11 +219,15 @@ class AgentRLRecipe:
 
         def check(candidate: Any, version: int, trained: Trained) -> Release:
             started = time.monotonic()
-            result = self._evaluate(candidate, production.tokenizer)
+            result = self._evaluate(candidate, production.tokenizer, self.eval_tasks)
             decision = eval_check(result, self._production_eval(production), c.release_check)
+            extra = self._extra_eval(version, candidate, production.tokenizer)
             eval_s = time.monotonic() - started
+            production_extra = self._extra_evals.get(production.version)
             metrics = {
                 **decision.metrics(),
+                **extra_metrics(extra),
+                **extra_metrics(production_extra, "eval_extra_production"),
                 "train_tokens": float(trained.fit.progress.tokens),
                 "train_rows": float(rows),
                 "served_rows": float(sum(w.served_rows for w in new)),
@@ -233,11 +241,15 @@ class AgentRLRecipe:
                 WINDOW_LAST_EVENT_METRIC: float(newest_ms),
             }
             self._evals[version] = result  # the same weights as production's, once promoted
+            seen = (f"; {self.environment.extra_eval} {extra.pass_at_1:.1%}"
+                    + (f" vs {production_extra.pass_at_1:.1%}" if production_extra else "")
+                    if extra is not None else "")  # fmt: skip
             self.log(
                 f"v{version}: trained {trained.fit.progress.tokens:,} tokens of "
                 f"{metrics['train_rows']:.0f} trials ({metrics['served_rows']:.0f} served, "
                 f"{stale} stale) in {trained.train_s:.0f}s; eval pass@1 {result.pass_at_1:.1%} "
-                f"vs v{production.version} {decision.production_pass_at_1:.1%} ({eval_s:.0f}s)"
+                f"vs v{production.version} {decision.production_pass_at_1:.1%} in "
+                f"{decision.clusters} clusters{seen} ({eval_s:.0f}s)"
             )
             return Release(decision.passed, decision.reason, metrics)
 
@@ -257,15 +269,26 @@ class AgentRLRecipe:
 
     # Pieces -----------------------------------------------------------------------------
 
-    def _evaluate(self, model: Any, tokenizer: Any) -> EvalResult:
-        return evaluate(model, tokenizer, self.environment, self.eval_tasks,
+    def _evaluate(self, model: Any, tokenizer: Any, tasks: Sequence[Task]) -> EvalResult:
+        return evaluate(model, tokenizer, self.environment, tasks,
                         max_new_tokens=self.config.eval.max_new_tokens)  # fmt: skip
 
     def _production_eval(self, production: _Production) -> EvalResult:
+        """Production's eval suite result (and its eval_extra one), once per version."""
         if production.version not in self._evals:
-            self._evals[production.version] = self._evaluate(production.model,
-                                                             production.tokenizer)  # fmt: skip
+            self._evals[production.version] = self._evaluate(
+                production.model, production.tokenizer, self.eval_tasks
+            )
+        self._extra_eval(production.version, production.model, production.tokenizer)
         return self._evals[production.version]
+
+    def _extra_eval(self, version: int, model: Any, tokenizer: Any) -> EvalResult | None:
+        """``version``'s result on the eval_extra set, once (None when the set is skipped)."""
+        if not self.extra_tasks:
+            return None
+        if version not in self._extra_evals:
+            self._extra_evals[version] = self._evaluate(model, tokenizer, self.extra_tasks)
+        return self._extra_evals[version]
 
     def _promotions(self) -> list[int]:
         """The model's versions in the order they were promoted to production."""

@@ -5,7 +5,8 @@ Read top to bottom: a corpus of (prompt, reference solution) pairs from the envi
 training tasks → a byte-level BPE tokenizer trained on it → one MDS token window → the training
 engine (`learner.engine.trainer.Trainer`: checkpoints, autoresume, microbatching) with next-token
 cross-entropy on the solution tokens → a Hugging Face checkpoint → the eval suite's greedy pass@1
-on held-out tasks (the baseline every later version is checked against) → an artifact registered
+on held-out tasks (the baseline every later version is checked against; the ``eval_extra`` set's
+beside it) → an artifact registered
 and promoted to production, its pass@1 in the event's metrics.
 """
 
@@ -31,7 +32,7 @@ from learner.engine.checkpoints import load_trained
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalConfig, EvalResult, evaluate
+from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
 from learner.recipes import RecipeRun, overridden
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
@@ -106,6 +107,7 @@ class SFTResult:
     fit: FitResult
     eval: EvalResult
     train_s: float
+    extra: EvalResult | None = None  # the eval_extra set (report only; None: skipped)
 
 
 def run_sft(
@@ -171,15 +173,22 @@ def run_sft(
     result = evaluate(
         model, tokenizer, environment, eval_tasks, max_new_tokens=config.eval.max_new_tokens
     )
+    extra = None
+    if config.eval.extra_tasks > 0:
+        extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
+        extra = evaluate(model, tokenizer, environment, extra_tasks,
+                         max_new_tokens=config.eval.max_new_tokens)  # fmt: skip
     log(
         f"trained {fit.progress.tokens:,} tokens in {train_s:.0f}s; eval pass@1 "
         f"{result.pass_at_1:.1%} on {len(eval_tasks)} held-out tasks"
-    )
+        + (f"; {extra.pass_at_1:.1%} on {len(extra.passed)} of {environment.extra_eval}"
+           if extra is not None else "")
+    )  # fmt: skip
     version = None
     if registry is not None and models_root is not None:
-        version = _publish(config, registry, models_root, checkpoint, fit, result, model)
+        version = _publish(config, registry, models_root, checkpoint, fit, result, model, extra)
         log(f"{config.model_name} v{version} registered and promoted to production")
-    return SFTResult(version, checkpoint, parameter_count(model), fit, result, train_s)
+    return SFTResult(version, checkpoint, parameter_count(model), fit, result, train_s, extra)
 
 
 def _publish(
@@ -190,6 +199,7 @@ def _publish(
     fit: FitResult,
     result: EvalResult,
     model: PreTrainedModel,
+    extra: EvalResult | None,
 ) -> int:
     version = registry.next_version(config.model_name)
     artifact = publish_artifact(models_root, config.model_name, version, checkpoint)
@@ -197,6 +207,7 @@ def _publish(
         "eval_pass_at_1": result.pass_at_1,
         "eval_mean_reward": result.mean_reward,
         "eval_tasks": float(len(result.passed)),
+        **extra_metrics(extra),
         "train_tokens": float(fit.progress.tokens),
         "train_loss": fit.losses[-1] if fit.losses else float("nan"),
         "parameters": float(parameter_count(model)),
@@ -224,4 +235,6 @@ def main(run: RecipeRun) -> None:
     run.log(
         f"{config.model_name} v{result.version}: {result.parameters:,} parameters, eval pass@1 "
         f"{result.eval.pass_at_1:.1%} ({len(result.eval.passed)} held-out tasks)"
-    )
+        + (f", eval_extra pass@1 {result.extra.pass_at_1:.1%} ({len(result.extra.passed)} tasks)"
+           if result.extra is not None else "")
+    )  # fmt: skip

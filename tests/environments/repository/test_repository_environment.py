@@ -111,7 +111,7 @@ def test_clusters_are_templates(env: RepositoryEnvironment) -> None:
 
 
 def test_it_is_registered_and_is_a_multi_turn_expert_environment() -> None:
-    env = ENVIRONMENTS.get(REPOSITORY)
+    env = ENVIRONMENTS.get_any(REPOSITORY)
     assert isinstance(env, RepositoryEnvironment) and env.name == REPOSITORY
     assert isinstance(env, MultiTurnEnvironment) and isinstance(env, ExpertDemonstrator)
     assert [t["function"]["name"] for t in env.tools] == [

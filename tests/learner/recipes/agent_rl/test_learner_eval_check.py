@@ -46,3 +46,28 @@ def test_results_on_different_tasks_are_refused() -> None:
     b = EvalResult(("x", "y", "z"), a.passed, a.rewards, a.statuses)
     with pytest.raises(LearnerError, match="same"):
         eval_check(a, b, EvalCheckConfig())
+
+
+def test_the_bounds_resample_clusters_and_report_their_number() -> None:
+    candidate, production = _pair(0.15, 0.25)
+    # the same 200 verdicts, each task repeated 5 times in its own cluster (5 inputs of a program)
+    ids = tuple(f"t{i}" for i in range(5 * N))
+    programs = tuple(f"p{i // 5}" for i in range(5 * N))
+
+    def repeated(result: EvalResult, clusters: tuple[str, ...]) -> EvalResult:
+        passed = np.repeat(result.passed, 5)
+        return EvalResult(
+            ids, passed, passed.astype(np.float64), ("ok",) * len(ids), clusters=clusters
+        )
+
+    unclustered = eval_check(repeated(candidate, ()), repeated(production, ()), EvalCheckConfig())
+    clustered = eval_check(
+        repeated(candidate, programs), repeated(production, programs), EvalCheckConfig()
+    )
+    assert unclustered.clusters == 5 * N and clustered.clusters == N
+    assert clustered.metrics()["eval_clusters"] == N and f"{N} clusters" in clustered.reason
+    assert clustered.pass_lift == pytest.approx(unclustered.pass_lift)
+    assert clustered.pass_lift_lower < unclustered.pass_lift_lower - 0.02  # wider: 200 units
+    other = tuple(f"q{i}" for i in range(5 * N))
+    with pytest.raises(LearnerError, match="clusters"):
+        eval_check(repeated(candidate, programs), repeated(production, other), EvalCheckConfig())

@@ -89,13 +89,16 @@ def test_warm_up_learns_and_saves_an_hf_checkpoint(tmp_path: Path) -> None:
         corpus=CorpusConfig(tasks=400, seq_len=112, rows_per_sample=8),
         train=TrainerConfig(batch_size=4, duration="40ba", checkpoint_interval="20ba",
                             lr=3e-3, device="cpu"),
-        eval=EvalConfig(tasks=20, max_new_tokens=16),
+        eval=EvalConfig(tasks=20, max_new_tokens=16, extra_tasks=10),
     )  # fmt: skip
-    result = run_sft(config, tmp_path / "run", log=lambda _: None)
+    lines: list[str] = []
+    result = run_sft(config, tmp_path / "run", log=lines.append)
     assert result.version is None  # no registry given
     assert result.fit.losses[-1] < result.fit.losses[0] / 2
     assert result.fit.progress.tokens > 0
     assert len(result.eval.passed) == 20 and 0.0 <= result.eval.pass_at_1 <= 1.0
+    assert result.extra is not None and len(result.extra.passed) == 10
+    assert any("on 10 of seen programs" in line for line in lines)  # beside the eval set
     _, tokenizer = load_checkpoint(result.checkpoint)
     assert len(tokenizer) <= 400
     again = run_sft(dataclasses.replace(config), tmp_path / "run", log=lambda _: None)
