@@ -152,10 +152,12 @@ def training_tasks(
     environment: str,
     seed: int,
     difficulties: Sequence[int] = (1, 2, 3),
+    level: Callable[[random.Random], int] | None = None,
 ) -> Iterator[Task]:
     """Endless training tasks from ``environment``'s pool, the same sequence for the same
     ``seed``: drawn by the environment's ``task(rng, difficulty)`` when it has one (each at a
-    difficulty drawn from ``difficulties``), else one seeded ``train`` task at a time. A task the
+    difficulty drawn from ``difficulties``, or by ``level`` — a curriculum's draw, asked anew for
+    every task), else one seeded ``train`` task at a time. A task the
     environment holds out (:meth:`TaskFamily.held_out`) is never yielded: the pools already avoid
     them, this makes sure. TaskEnvironmentError (on the first draw) when ``environment`` is not
     registered or cannot say what it holds out, or when it draws nothing but held-out tasks."""
@@ -165,7 +167,7 @@ def training_tasks(
     counter, refused = 0, 0
     while True:
         if draw is not None:
-            task = draw(rng, rng.choice(list(difficulties)))
+            task = draw(rng, level(rng) if level else rng.choice(list(difficulties)))
         else:
             task = env.tasks("train", 1, seed=seed * 1_000_003 + counter)[0]
         counter += 1

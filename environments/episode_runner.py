@@ -98,6 +98,17 @@ def tokenize_segments(
     return ids, mask
 
 
+def conversation_tokens(
+    tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> tuple[list[int], list[int], list[int]]:
+    """Prompt ids, completion ids and the completion's mask of a recorded conversation (an
+    :class:`EpisodeTrace`'s ``messages``) under ``tokenizer``: the prompt runs to the first
+    generated segment, as :func:`run_episodes` builds it."""
+    ids, mask = tokenize_segments(tokenizer, segments(messages, tokenizer.eos_token, tools))
+    start = mask.index(1) if 1 in mask else len(mask)
+    return ids[:start], ids[start:], mask[start:]
+
+
 @dataclass
 class _Run:
     """One episode in progress: the conversation and its ids so far. The observation of the

@@ -46,6 +46,7 @@ from environments.base import (
     score_all,
     training_tasks,
 )
+from environments.curriculum import Curriculum
 from environments.episode_runner import run_episodes
 from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from environments.errors import TaskEnvironmentError
@@ -296,12 +297,22 @@ def pool_tasks(
     group_size: int,
     seed: int,
     difficulties: Sequence[int] = (1, 2, 3),
+    curriculum: Curriculum | None = None,
 ) -> Iterator[TaskRequest]:
     """Endless training tasks from ``environment``'s pool (never a held-out task:
     ``environments.base.training_tasks`` skips them), each to run as a group of ``group_size``
-    trials."""
-    for task in training_tasks(environments, environment, seed, difficulties):
+    trials; with a ``curriculum`` (:func:`record_levels` feeds it the trials' outcomes) each at the
+    level it picks, else at a level drawn from ``difficulties``."""
+    level = curriculum.draw if curriculum is not None else None
+    for task in training_tasks(environments, environment, seed, difficulties, level):
         yield TaskRequest(task, group_size)
+
+
+def record_levels(curriculum: Curriculum, results: Sequence[RolloutResult]) -> None:
+    """Each trial's level and whether it passed every hidden test, into ``curriculum``."""
+    for result in results:
+        passed = result.tests_total > 0 and result.tests_passed == result.tests_total
+        curriculum.record(result.difficulty, passed)
 
 
 def task_refusal(environments: EnvironmentRegistry, task: Task) -> RecordRejected | None:

@@ -37,10 +37,11 @@ class EvalConfig:
     tasks: int = 1000  # a lift of 2 points is significant on 1,000 paired tasks, not on 200
     max_new_tokens: int = 24  # per turn in a multi-turn environment
     max_turns: int = 8  # multi-turn environments only
+    max_context: int = 512  # tokens of an episode's whole context (<= the model's positions)
     extra_tasks: int = 200  # report only: a point estimate, so fewer tasks (and less time)
 
     def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(max_turns=self.max_turns)
+        return EpisodeLimits(max_turns=self.max_turns, max_tokens=self.max_context)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class EvalResult:
     turns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
     tool_calls: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (n,)
     clusters: tuple[str, ...] = ()  # (n,) each task's cluster; empty: every task its own
+    levels: tuple[int, ...] = ()  # (n,) each task's difficulty
 
     @property
     def pass_at_1(self) -> float:
@@ -63,6 +65,17 @@ class EvalResult:
     @property
     def mean_reward(self) -> float:
         return float(self.rewards.mean()) if len(self.rewards) else 0.0
+
+    def level_pass_at_1(self) -> dict[int, float]:
+        """Difficulty level -> pass@1 of the tasks of that level."""
+        levels = np.asarray(self.levels)
+        return {int(level): float(self.passed[levels == level].mean())
+                for level in sorted(set(self.levels))}  # fmt: skip
+
+    def level_metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """``{prefix}_pass_at_1_level{L}`` for ModelVersionEvent metrics."""
+        return {f"{prefix}_pass_at_1_level{level}": rate
+                for level, rate in self.level_pass_at_1().items()}  # fmt: skip
 
     @property
     def mean_turns(self) -> float:
@@ -128,6 +141,7 @@ def _result(
         np.asarray(turns, dtype=np.int64),
         np.asarray(calls, dtype=np.int64),
         clusters,
+        tuple(t.difficulty for t in tasks),
     )
 
 

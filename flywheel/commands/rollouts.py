@@ -31,6 +31,14 @@ DEFAULT_MODEL = "agent-lm"
     help="Take tasks from ENVIRONMENT's training pool instead of the agent.tasks topic.",
 )
 @click.option(
+    "--curriculum/--no-curriculum",
+    default=True,
+    show_default=True,
+    help="With --from-pool: move the task mix across difficulty levels by the trials' measured "
+    "pass rates (a level opens when the one below passes 30%; levels near 50% are drawn most). "
+    "Off: levels uniformly.",
+)
+@click.option(
     "--group-size",
     default=DEFAULT_GROUP_SIZE,
     show_default=True,
@@ -126,6 +134,7 @@ DEFAULT_MODEL = "agent-lm"
 def rollouts(
     model: str,
     pool: str | None,
+    curriculum: bool,
     group_size: int,
     tasks_per_batch: int,
     temperature: float,
@@ -160,6 +169,7 @@ def rollouts(
     --check sandbox` says why), unless run as `flywheel --trust-model-code rollouts`.
     """
     from environments import ENVIRONMENTS
+    from environments.curriculum import Curriculum
     from fleet.rollout_worker import (
         AgentPolicy,
         KafkaTaskFeed,
@@ -168,6 +178,7 @@ def rollouts(
         load_agent_policy,
         pool_tasks,
         produce_results,
+        record_levels,
     )
     from fleet.subscriber import ModelSubscriber
     from flywheel.clients import codec
@@ -198,7 +209,8 @@ def rollouts(
         settings.kafka_client_config(), avro, ENVIRONMENTS, group=group,
         default_group_size=group_size, topic=tasks_topic,
     )  # fmt: skip
-    pooled = pool_tasks(ENVIRONMENTS, pool, group_size, seed) if pool else None
+    levels = Curriculum() if pool and curriculum else None
+    pooled = pool_tasks(ENVIRONMENTS, pool, group_size, seed, curriculum=levels) if pool else None
     source = f"pool {pool}" if pool else f"topic {tasks_topic} (group {group})"
     out.print(f"[green]rollouts[/] {model} as {replica_id}: tasks from {source}, "
               f"{group_size} trials each, results to {rollouts_topic}; Ctrl-C to stop")  # fmt: skip
@@ -232,9 +244,12 @@ def rollouts(
                                 tool_calls_topic=tool_calls_topic)  # fmt: skip
                 if feed is not None:
                     feed.commit()  # after the results are acknowledged: at least once
+                if levels is not None:
+                    record_levels(levels, done_batch.results)
                 done += len(batch)
                 if time.monotonic() - last_status >= status_every_s:
-                    err.print(worker.stats.line(), highlight=False)
+                    line = worker.stats.line() + (f"; levels {levels.summary()}" if levels else "")
+                    err.print(line, highlight=False)
                     last_status = time.monotonic()
     finally:
         subscriber.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from itertools import islice
 
-from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS, REPOSITORY
 from environments.base import Task, training_tasks
-from fleet.rollout_worker import pool_tasks, task_refusal
+from environments.curriculum import Curriculum
+from fleet.rollout_worker import pool_tasks, record_levels, task_refusal
+from schemas.events import RolloutResult
 
 
 def test_pooled_tasks_are_the_training_tasks_in_groups_of_the_asked_size() -> None:
@@ -38,3 +40,25 @@ def test_the_feed_refuses_held_out_and_unreadable_tasks_and_runs_training_ones()
     for task in (unknown, unreadable):
         refusal = task_refusal(ENVIRONMENTS, task)
         assert refusal is not None and refusal.cause == "invalid_task"
+
+
+def test_a_curriculum_moves_the_pooled_levels_with_the_recorded_outcomes() -> None:
+    curriculum = Curriculum()
+    pooled = pool_tasks(ENVIRONMENTS, REPOSITORY, 2, seed=5, curriculum=curriculum)
+    first = [next(pooled).task.difficulty for _ in range(20)]
+    assert set(first) == {1}  # only level 1 is open before anything is measured
+
+    def result(level: int, passed: bool) -> RolloutResult:
+        return RolloutResult(
+            producer="t", rollout_id="r", task_id="t", group_id="g", model_name="m",
+            model_version=1, prompt_tokens=1, completion_tokens=1, tool_calls=0,
+            tests_passed=int(passed), tests_total=1, reward_components={}, duration_ms=1,
+            behaviour_logprobs=[],
+            environment=REPOSITORY, difficulty=level, sandbox_status="ok",
+        )  # fmt: skip
+
+    record_levels(curriculum, [result(1, True)] * 40 + [result(1, False)] * 40)
+    later = [next(pooled).task.difficulty for _ in range(200)]
+    assert {1, 2} <= set(later)  # level 1 at 50% opened level 2
+    record_levels(curriculum, [result(2, True)] * 60 + [result(2, False)] * 60)
+    assert 3 in {next(pooled).task.difficulty for _ in range(300)}

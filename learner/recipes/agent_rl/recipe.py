@@ -152,7 +152,7 @@ class AgentRLRecipe:
         self.config, self.paths, self.log = config, paths, log
         self.model_name = config.model_name
         self.dataset = f"{config.model_name}.tokens"
-        self.environment = ENVIRONMENTS.get(config.environment)
+        self.environment = ENVIRONMENTS.get_any(config.environment)
         self.eval_tasks = self.environment.tasks("eval", config.eval.tasks)
         extra = config.eval.extra_tasks  # the eval_extra set: reported, never deciding
         self.extra_tasks = self.environment.tasks("eval_extra", extra) if extra > 0 else []
@@ -226,6 +226,7 @@ class AgentRLRecipe:
             production_extra = self._extra_evals.get(production.version)
             metrics = {
                 **decision.metrics(),
+                **result.level_metrics(),
                 **extra_metrics(extra),
                 **extra_metrics(production_extra, "eval_extra_production"),
                 "train_tokens": float(trained.fit.progress.tokens),
@@ -271,7 +272,8 @@ class AgentRLRecipe:
 
     def _evaluate(self, model: Any, tokenizer: Any, tasks: Sequence[Task]) -> EvalResult:
         return evaluate(model, tokenizer, self.environment, tasks,
-                        max_new_tokens=self.config.eval.max_new_tokens)  # fmt: skip
+                        max_new_tokens=self.config.eval.max_new_tokens,
+                        limits=self.config.eval.limits())  # fmt: skip
 
     def _production_eval(self, production: _Production) -> EvalResult:
         """Production's eval suite result (and its eval_extra one), once per version."""

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import Demonstrator
 from learner.config import load_config
-from learner.data.token_windows import TokenSampleSpec, pack_sequences, write_token_window
+from learner.data.token_windows import TokenSampleSpec, write_token_window
 from learner.engine.causal_lm import CausalLMTask
 from learner.engine.checkpoints import load_trained
 from learner.engine.loader import WindowStream
@@ -34,6 +33,7 @@ from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
 from learner.recipes import RecipeRun, overridden
+from learner.recipes.agent_sft.corpus import build_corpus
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -41,7 +41,6 @@ from policies.agent_lm import (
     build_model,
     parameter_count,
     save_checkpoint,
-    train_tokenizer,
 )
 
 DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "sft.yaml"
@@ -120,32 +119,29 @@ def run_sft(
 ) -> SFTResult:
     """Train the first version under ``run_dir`` (resuming a killed run), evaluate it, and with
     ``registry`` and ``models_root`` publish, register and promote it."""
-    environment = ENVIRONMENTS.get(config.environment)
-    if not isinstance(environment, Demonstrator):
+    if config.corpus.seq_len > config.model.max_positions:
         raise LearnerError(
-            f"environment {config.environment!r} has no reference solutions; supervised warm-up "
-            "needs one that implements solution(task)"
+            f"corpus.seq_len {config.corpus.seq_len} exceeds model.max_positions "
+            f"{config.model.max_positions}; raise max_positions"
         )
-    tasks = environment.tasks("train", config.corpus.tasks, seed=config.corpus.seed)
-    prompts = [environment.reset(t) for t in tasks]
-    solutions = [environment.solution(t) for t in tasks]
-    texts = [p + s for p, s in zip(prompts, solutions, strict=True)]
-    tokenizer = train_tokenizer(texts, config.model.vocab_size)
-    eos = [tokenizer.eos_token_id]
-    rows = pack_sequences(
-        [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts],
-        [tokenizer(s, add_special_tokens=False)["input_ids"] + eos for s in solutions],
-        config.corpus.seq_len,
-        tokenizer.pad_token_id,
-    )
-    window = run_dir / "window"
-    if not window.exists():
+    environment = ENVIRONMENTS.get_any(config.environment)
+    window, tokenizer_dir = run_dir / "window", run_dir / "tokenizer"
+    if window.exists() and tokenizer_dir.exists():  # a resumed run: the corpus is built
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir, local_files_only=True)
+    else:
+        tasks = environment.tasks("train", config.corpus.tasks, seed=config.corpus.seed)
+        corpus = build_corpus(environment, tasks, config.model.vocab_size,
+                              config.corpus.seq_len, log)  # fmt: skip
+        tokenizer, rows = corpus.tokenizer, corpus.rows
+        shutil.rmtree(window, ignore_errors=True)
         spec = TokenSampleSpec(config.corpus.seq_len, config.corpus.rows_per_sample)
         write_token_window(window, rows, spec)
-    log(
-        f"corpus: {len(rows):,} solutions, {rows.trained_tokens:,} target tokens, vocabulary "
-        f"{len(tokenizer)}"
-    )
+        tokenizer.save_pretrained(tokenizer_dir)
+        log(
+            f"corpus: {len(rows):,} {corpus.kind}, {rows.trained_tokens:,} target tokens, "
+            f"vocabulary {len(tokenizer)}"
+            + (f", {corpus.left_out} longer than seq_len left out" if corpus.left_out else "")
+        )
 
     def model_factory() -> PreTrainedModel:
         torch.manual_seed(config.seed)
@@ -170,14 +166,15 @@ def run_sft(
     shutil.rmtree(checkpoint, ignore_errors=True)
     save_checkpoint(model, tokenizer, checkpoint)
     eval_tasks = environment.tasks("eval", config.eval.tasks)
-    result = evaluate(
-        model, tokenizer, environment, eval_tasks, max_new_tokens=config.eval.max_new_tokens
-    )
+    result = evaluate(model, tokenizer, environment, eval_tasks,
+                      max_new_tokens=config.eval.max_new_tokens,
+                      limits=config.eval.limits())  # fmt: skip
     extra = None
     if config.eval.extra_tasks > 0:
         extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
         extra = evaluate(model, tokenizer, environment, extra_tasks,
-                         max_new_tokens=config.eval.max_new_tokens)  # fmt: skip
+                         max_new_tokens=config.eval.max_new_tokens,
+                         limits=config.eval.limits())  # fmt: skip
     log(
         f"trained {fit.progress.tokens:,} tokens in {train_s:.0f}s; eval pass@1 "
         f"{result.pass_at_1:.1%} on {len(eval_tasks)} held-out tasks"
@@ -207,6 +204,7 @@ def _publish(
         "eval_pass_at_1": result.pass_at_1,
         "eval_mean_reward": result.mean_reward,
         "eval_tasks": float(len(result.passed)),
+        **result.level_metrics(),
         **extra_metrics(extra),
         "train_tokens": float(fit.progress.tokens),
         "train_loss": fit.losses[-1] if fit.losses else float("nan"),
