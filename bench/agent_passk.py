@@ -13,25 +13,17 @@ first ``--tasks`` tasks gets ``--samples`` completions; pass@k is the unbiased e
 from __future__ import annotations
 
 import argparse
-from math import comb
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from learner.eval_suite import GREEDY_BATCH, evaluate
-from learner.recipes.agent_rl.trials import sample_scored
+from learner.eval_suite import GREEDY_BATCH, evaluate, pass_at_k, sample_trials
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
 
 KS = (1, 2, 4, 8, 16)
-
-
-def pass_at_k(correct: np.ndarray, n: int, k: int) -> float:
-    """Mean over tasks of the chance that ``k`` of a task's ``n`` samples hold a correct one,
-    given ``correct`` (per task) of them were."""
-    return float(np.mean([1.0 - comb(n - int(c), k) / comb(n, k) for c in correct]))
 
 
 def main() -> None:
@@ -52,9 +44,9 @@ def main() -> None:
     n, correct = args.samples, []
     step = max(1, GREEDY_BATCH // n)
     for start in range(0, len(tasks), step):
-        chunk = tasks[start : start + step]
-        _, scores = sample_scored(model, tokenizer, env, chunk, n, params)
-        correct += [sum(s.passed for s in scores[i * n : (i + 1) * n]) for i in range(len(chunk))]
+        trials = sample_trials(model, tokenizer, env, tasks[start : start + step], n, params)
+        correct += [sum(t.score.passed for t in trials[i : i + n])
+                    for i in range(0, len(trials), n)]  # fmt: skip
     hits, depth = np.asarray(correct), np.asarray([t.difficulty for t in tasks])
     for d in [*np.unique(depth), None]:
         mask = depth == d if d is not None else np.ones(len(tasks), dtype=bool)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import comb
 from typing import Any
 
 import numpy as np
@@ -151,3 +152,75 @@ def extra_metrics(extra: EvalResult | None, prefix: str = "eval_extra") -> dict[
     if extra is None:
         return {}
     return {f"{prefix}_pass_at_1": extra.pass_at_1, f"{prefix}_tasks": float(len(extra.passed))}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One sampled trial of a task, scored: a completion, or a whole episode (its completion holds
+    the turns and the tool observations; ``mask`` 1 where the policy generated the token, empty
+    when it generated them all)."""
+
+    task: Task
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    mask: tuple[int, ...]
+    score: Score
+    turns: int = 1
+
+
+def sample_trials(
+    model: Any,
+    tokenizer: Any,
+    environment: Environment | MultiTurnEnvironment,
+    tasks: Sequence[Task],
+    group_size: int,
+    sampling: SamplingParams,
+    *,
+    limits: EpisodeLimits | None = None,
+    seed: int | None = None,
+) -> list[Trial]:
+    """``group_size`` sampled trials of each task, scored, task by task in order: one batched
+    generate and the sandbox for single completions, lock-step episodes for a multi-turn
+    environment (what a rollout worker does, in this process: studies, pass@k, tests)."""
+    if isinstance(environment, MultiTurnEnvironment):
+        repeated = [t for t in tasks for _ in range(group_size)]
+        traces = run_episodes(model, tokenizer, environment, repeated, sampling, limits=limits,
+                              seed=seed)  # fmt: skip
+        return [Trial(t.task, t.prompt_ids, t.completion_ids, t.logprobs, t.mask, t.score,
+                      t.turns) for t in traces]  # fmt: skip
+    groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
+                    sampling, seed=seed)  # fmt: skip
+    done = [(task, c) for task, group in zip(tasks, groups, strict=True) for c in group]
+    scores = score_all([(environment, task, c.text) for task, c in done])
+    return [Trial(task, c.prompt_ids, c.token_ids, c.logprobs, (), score)
+            for (task, c), score in zip(done, scores, strict=True)]  # fmt: skip
+
+
+def pass_at_k(correct: Sequence[int] | np.ndarray, n: int, k: int) -> float:
+    """Mean over tasks of the chance that ``k`` of a task's ``n`` samples hold a correct one,
+    given ``correct`` (per task) of them were: the unbiased 1 - C(n - c, k) / C(n, k)."""
+    return float(np.mean([1.0 - comb(n - int(c), k) / comb(n, k) for c in correct]))
+
+
+def sampled_pass_at_k(
+    model: Any,
+    tokenizer: Any,
+    environment: Environment | MultiTurnEnvironment,
+    tasks: Sequence[Task],
+    samples: int,
+    ks: Sequence[int],
+    sampling: SamplingParams,
+    *,
+    limits: EpisodeLimits | None = None,
+    seed: int | None = None,
+) -> dict[int, float]:
+    """pass@k for each of ``ks`` (<= ``samples``) over ``samples`` sampled trials per task."""
+    correct: list[int] = []
+    step = max(1, GREEDY_BATCH // samples)
+    for start in range(0, len(tasks), step):
+        trials = sample_trials(model, tokenizer, environment, tasks[start : start + step],
+                               samples, sampling, limits=limits, seed=seed)  # fmt: skip
+        correct += [sum(t.score.passed for t in trials[i : i + samples])
+                    for i in range(0, len(trials), samples)]  # fmt: skip
+    return {k: pass_at_k(correct, samples, k) for k in ks if k <= samples}

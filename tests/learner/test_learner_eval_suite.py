@@ -9,7 +9,8 @@ import numpy as np
 
 from environments.base import Score, Split, Task
 from environments.episodes import EpisodeLimits
-from learner.eval_suite import EvalConfig, evaluate
+from learner.eval_suite import EvalConfig, evaluate, pass_at_k, sample_trials, sampled_pass_at_k
+from policies.agent_sampling import SamplingParams
 from tests.environments.counter_world import CounterWorld, tiny_chat_lm
 
 
@@ -58,3 +59,37 @@ def test_a_single_shot_environment_is_one_completion_per_task() -> None:
     result = evaluate(model, tokenizer, env, env.tasks("eval", 3), max_new_tokens=4)
     assert result.pass_at_1 == 1.0 and result.statuses == ("ok",) * 3
     assert result.turns.tolist() == [1, 1, 1] and result.tool_calls.tolist() == [0, 0, 0]
+
+
+def test_sampled_trials_of_episodes_come_task_by_task_with_their_masks() -> None:
+    model, tokenizer = tiny_chat_lm()
+    world = CounterWorld()
+    tasks = world.tasks("train", 2)
+    limits = EpisodeLimits(max_turns=2, max_tokens=200)
+    trials = sample_trials(model, tokenizer, world, tasks, 3, SamplingParams(1.0, 1.0, 8),
+                           limits=limits, seed=4)  # fmt: skip
+    assert [t.task for t in trials] == [tasks[0]] * 3 + [tasks[1]] * 3
+    for trial in trials:
+        assert len(trial.mask) == len(trial.completion_ids) == len(trial.logprobs)
+        assert 1 in trial.mask and 1 <= trial.turns <= 2
+        assert all(lp == 0.0 for lp, m in zip(trial.logprobs, trial.mask, strict=True) if not m)
+
+
+def test_pass_at_k_is_the_unbiased_estimator() -> None:
+    assert pass_at_k([0, 8], 8, 1) == 0.5
+    assert pass_at_k([1], 8, 8) == 1.0  # one correct of 8: any 8 of 8 hold it
+    assert abs(pass_at_k([1], 8, 2) - 0.25) < 1e-12  # 1 - C(7,2)/C(8,2) = 1 - 21/28
+    model, tokenizer = tiny_chat_lm()
+    world = CounterWorld()
+    tasks = [Task("t0", world.name, 1, json.dumps({"target": 0}))]  # met before any call
+    rates = sampled_pass_at_k(
+        model,
+        tokenizer,
+        world,
+        tasks,
+        4,
+        (1, 4, 8),
+        SamplingParams(1.0, 1.0, 6),
+        limits=EpisodeLimits(max_turns=1),
+    )
+    assert rates == {1: 1.0, 4: 1.0}  # k above the samples is left out

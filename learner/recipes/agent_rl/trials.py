@@ -1,5 +1,6 @@
-"""Trials as GRPO training rows: groups sampled from a policy, scored, normalised within their
-group, packed into token rows with the behaviour log-probs at the completion positions.
+"""Trials as GRPO training rows: groups sampled from a policy (completions or episodes), scored,
+normalised within their group, packed into token rows with the behaviour log-probs at the
+completion positions and an episode's tool observations masked out.
 
 The platform's path is rollout workers → ``rollouts.results`` → the joiner's ``grpo@1`` Rewards
 → the lake. This module does the same steps in one process (the same sampling, sandbox and
@@ -14,34 +15,17 @@ from typing import Any
 import numpy as np
 
 from contracts.advantages import normalised_advantages
-from environments.base import Environment, Score, Task, score_all
+from environments.base import Environment, Task
+from environments.episodes import EpisodeLimits, MultiTurnEnvironment
+from learner.eval_suite import sample_trials
 from learner.recipes.agent_rl.windows import AgentRows, agent_rows
-from policies.agent_sampling import Completion, SamplingParams, sample
-
-
-def sample_scored(
-    model: Any,
-    tokenizer: Any,
-    environment: Environment,
-    tasks: Sequence[Task],
-    group_size: int,
-    sampling: SamplingParams,
-    *,
-    seed: int | None = None,
-) -> tuple[list[list[Completion]], list[Score]]:
-    """``group_size`` completions of each task (one batched generate) and their sandbox scores,
-    task by task in order."""
-    groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
-                    sampling, seed=seed)  # fmt: skip
-    trials = [(environment, task, c.text) for task, group in zip(tasks, groups, strict=True)
-              for c in group]  # fmt: skip
-    return groups, score_all(trials)
+from policies.agent_sampling import SamplingParams
 
 
 def collect_trials(
     model: Any,
     tokenizer: Any,
-    environment: Environment,
+    environment: Environment | MultiTurnEnvironment,
     tasks: Sequence[Task],
     group_size: int,
     sampling: SamplingParams,
@@ -49,23 +33,24 @@ def collect_trials(
     seq_len: int,
     seed: int | None = None,
     version: int = 0,
+    limits: EpisodeLimits | None = None,
 ) -> AgentRows:
-    """``group_size`` trials of each task, scored in the sandbox, as training rows (version
-    ``version``, one group per task)."""
-    groups, scores = sample_scored(model, tokenizer, environment, tasks, group_size, sampling,
-                                   seed=seed)  # fmt: skip
-    rewards = np.asarray([s.reward for s in scores], dtype=np.float32)
+    """``group_size`` trials of each task (completions or episodes:
+    ``learner.eval_suite.sample_trials``), scored in the sandbox, as training rows (version
+    ``version``, one group per task; an episode's observations masked out)."""
+    trials = sample_trials(model, tokenizer, environment, tasks, group_size, sampling,
+                           limits=limits, seed=seed)  # fmt: skip
+    rewards = np.asarray([t.score.reward for t in trials], dtype=np.float32)
     advantages = np.concatenate([
         normalised_advantages(rewards[i * group_size : (i + 1) * group_size].tolist())
         for i in range(len(tasks))
     ]).astype(np.float32)  # fmt: skip
-    completions = [c for group in groups for c in group]
     return agent_rows(
-        [c.prompt_ids for c in completions], [c.token_ids for c in completions],
-        [c.logprobs for c in completions], temperature=[sampling.temperature] * len(completions),
-        top_p=[sampling.top_p] * len(completions),
+        [t.prompt_ids for t in trials], [t.completion_ids for t in trials],
+        [t.logprobs for t in trials], temperature=[sampling.temperature] * len(trials),
+        top_p=[sampling.top_p] * len(trials),
         advantage=advantages, reward=rewards,
-        version=[version] * len(completions),
+        version=[version] * len(trials),
         group=[t.task_id for t in tasks for _ in range(group_size)],
-        seq_len=seq_len, pad_id=tokenizer.pad_token_id,
+        seq_len=seq_len, pad_id=tokenizer.pad_token_id, masks=[t.mask for t in trials],
     )  # fmt: skip
