@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 UV_VERSION := 0.13.8
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test lint unit stack-up stack-down clean
+.PHONY: help install demo agent-warm-up test lint unit stack-up stack-down clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  make %-11s %s\n", $$1, $$2}'
@@ -21,6 +21,9 @@ install: $(VENV)/.installed ## create .venv and install everything (Java/Maven t
 
 demo: install ## run the main job on the embedded local stack
 	$(BIN)/flywheel demo
+
+agent-warm-up: install ## retrain the agent's shipped warm-up (after a change to its corpus or config)
+	PYTHONPATH=. $(BIN)/python scripts/ship_agent_warm_up.py
 
 lint: install ## ruff (lint + format check), mypy (strict) and the import-linter contracts
 	$(BIN)/ruff check .

@@ -1,14 +1,15 @@
 """Does the agent learn from its own trials? GRPO iterations from a warm-up checkpoint, with the
 eval suite's greedy pass@1 before and after (the same held-out tasks).
 
-    .venv/bin/python -m bench.agent_learning --checkpoint DIR [--iterations 25 --tasks 16
-        --group 8 --lr 3e-4] [--flip]   # --flip: advantages negated (a planted bad candidate)
+    .venv/bin/python -m bench.agent_learning --checkpoint DIR [--env repository --iterations 25
+        --tasks 16 --group 8 --lr 3e-4] [--flip]   # --flip: advantages negated (a bad candidate)
 
-Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temperature), score them
-in the sandbox, normalise rewards within each group (the joiner's grpo@1 formula), drop flat groups,
-and take one optimizer step of the GRPO objective (learner.recipes.agent_rl.grpo) on the trials'
-tokens with their behaviour log-probs. Prints the mean trial reward per iteration, pass@1 before and
-after, the eval check's paired decision and the wall time.
+Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temperature; episodes of
+tool calls in a multi-turn environment), score them in the sandbox, normalise rewards within each
+group (the joiner's grpo@1 formula), drop flat groups, and take one optimizer step of the GRPO
+objective (learner.recipes.agent_rl.grpo) on the trials' tokens with their behaviour log-probs
+(an episode's tool observations masked out). Prints the mean trial reward per iteration, pass@1
+before and after, the eval check's paired decision and the wall time.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from contracts.advantages import normalised_advantages
-from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import Task
-from environments.program_synthesis import ProgramSynthesis
+from environments import ENVIRONMENTS, REPOSITORY
+from environments.base import Task, training_tasks
+from environments.episodes import EpisodeLimits
 from learner.eval_suite import EvalResult, evaluate
 from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter
@@ -43,7 +45,8 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0, help="the trials' sampling")
     parser.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch")
     parser.add_argument("--eval-tasks", type=int, default=200)
-    parser.add_argument("--max-depth", type=int, default=3, help="train on depths 1..this")
+    parser.add_argument("--env", default=REPOSITORY, help="the environment (its training pool)")
+    parser.add_argument("--max-depth", type=int, default=3, help="train on levels 1..this")
     parser.add_argument("--flip", action="store_true", help="negate advantages (a bad candidate)")
     parser.add_argument("--kl", type=float, default=0.0, help="k3 KL coefficient to the start")
     parser.add_argument(
@@ -58,15 +61,23 @@ def main() -> None:
         "when all pass, else 0 (what pass@1 counts)",
     )  # fmt: skip
     parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
-    parser.add_argument("--max-new-tokens", type=int, default=24, help="per trial and eval task")
-    parser.add_argument("--seq-len", type=int, default=128, help="tokens per training row")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="per trial (per turn)")
+    parser.add_argument("--seq-len", type=int, default=512, help="tokens per training row")
+    parser.add_argument("--max-context", type=int, default=512, help="an episode's tokens")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
+    env = ENVIRONMENTS.get_any(args.env)
     eval_tasks = env.tasks("eval", args.eval_tasks)
     model, tokenizer = load_checkpoint(Path(args.checkpoint))
+    limits = EpisodeLimits(max_tokens=args.max_context)
     started = time.monotonic()
-    before = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
+
+    def evaluated() -> EvalResult:
+        model.eval()
+        return evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens,
+                        limits=limits)  # fmt: skip
+
+    before = evaluated()
     print(f"pass@1 before: {before.pass_at_1:.1%} ({_by_depth(before, eval_tasks)})")
     reference = None
     if args.kl > 0:
@@ -74,15 +85,16 @@ def main() -> None:
     task = GRPOTask(GRPOConfig(kl_coef=args.kl), reference)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     rng, draw = random.Random(0), random.Random(f"train-{args.seed + 1}")
-    synthesis = ProgramSynthesis()  # the training pool by depth (the curriculum's --max-depth)
-    pool = [synthesis.task(draw, draw.randint(1, args.max_depth))
-            for _ in range(args.tasks * args.iterations)]  # fmt: skip
+    levels = range(1, args.max_depth + 1)
+    drawn = training_tasks(ENVIRONMENTS, args.env, draw.randrange(1 << 30), levels)
+    pool = list(islice(drawn, args.tasks * args.iterations))
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     for i in range(args.iterations):
         tasks = pool[i * args.tasks : (i + 1) * args.tasks]
         model.eval()
         trials = collect_trials(model, tokenizer, env, tasks, args.group, sampling,
-                                seq_len=args.seq_len, seed=rng.randrange(1 << 30))  # fmt: skip
+                                seq_len=args.seq_len, seed=rng.randrange(1 << 30),
+                                limits=limits)  # fmt: skip
         advantage = trials.advantage
         if args.reward == "solved":  # all hidden tests passed or nothing: what pass@1 counts
             solved = (trials.reward >= 1.0).astype(np.float32).tolist()
@@ -111,12 +123,10 @@ def main() -> None:
               f"{length:.1f} tokens per trial, trained on {int(keep.sum())} trials ({flat} in "
               "flat groups)", flush=True)  # fmt: skip
         if args.eval_every and (i + 1) % args.eval_every == 0 and i + 1 < args.iterations:
-            model.eval()
-            now = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
+            now = evaluated()
             print(f"  pass@1 after {i + 1} iterations: {now.pass_at_1:.1%} "
                   f"({_by_depth(now, eval_tasks)})", flush=True)  # fmt: skip
-    model.eval()
-    after = evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens)
+    after = evaluated()
     decision = eval_check(after, before, EvalCheckConfig())
     lift, took = after.pass_at_1 - before.pass_at_1, time.monotonic() - started
     print(f"pass@1 after {args.iterations} iterations: {after.pass_at_1:.1%} ({lift:+.1%} "
@@ -125,10 +135,10 @@ def main() -> None:
 
 
 def _by_depth(result: EvalResult, tasks: list[Task]) -> str:
-    """pass@1 per composition depth: 'depth 1 41.9%, depth 2 2.7%, ...'."""
+    """pass@1 per level (composition depth): 'level 1 41.9%, level 2 2.7%, ...'."""
     passed = np.asarray(result.passed, dtype=float)
     depth = np.asarray([t.difficulty for t in tasks])
-    return ", ".join(f"depth {d} {passed[depth == d].mean():.1%}" for d in np.unique(depth))
+    return ", ".join(f"level {d} {passed[depth == d].mean():.1%}" for d in np.unique(depth))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from environments.base import AnyEnvironment, Task
 from learner.config import load_config
 from learner.data.token_windows import TokenSampleSpec, write_token_window
 from learner.engine.causal_lm import CausalLMTask
@@ -34,11 +35,13 @@ from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
 from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_sft.corpus import build_corpus
+from learner.recipes.agent_sft.shipped import corpus_fingerprint, find_shipped
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
     AgentModelConfig,
     build_model,
+    load_checkpoint,
     parameter_count,
     save_checkpoint,
 )
@@ -97,15 +100,25 @@ class AgentSFTConfig:
 
 
 @dataclass(frozen=True)
+class Trained:
+    """How the weights came about: the engine's run (None for a shipped warm-up), the tokens
+    trained, the last loss and the seconds it took here."""
+
+    fit: FitResult | None
+    tokens: int
+    loss: float
+    seconds: float
+
+
+@dataclass(frozen=True)
 class SFTResult:
     """What the warm-up produced."""
 
     version: int | None  # registered version (None when not registered)
     checkpoint: Path
     parameters: int
-    fit: FitResult
+    trained: Trained
     eval: EvalResult
-    train_s: float
     extra: EvalResult | None = None  # the eval_extra set (report only; None: skipped)
 
 
@@ -116,20 +129,70 @@ def run_sft(
     registry: ModelRegistry | None = None,
     models_root: Path | None = None,
     log: Callable[[str], None] = print,
+    use_shipped: bool = True,
 ) -> SFTResult:
-    """Train the first version under ``run_dir`` (resuming a killed run), evaluate it, and with
-    ``registry`` and ``models_root`` publish, register and promote it."""
+    """Train the first version under ``run_dir`` (resuming a killed run) — or take the shipped
+    one for this config and corpus (`learner.recipes.agent_sft.shipped`) —, evaluate it, and
+    with ``registry`` and ``models_root`` publish, register and promote it."""
     if config.corpus.seq_len > config.model.max_positions:
         raise LearnerError(
             f"corpus.seq_len {config.corpus.seq_len} exceeds model.max_positions "
             f"{config.model.max_positions}; raise max_positions"
         )
     environment = ENVIRONMENTS.get_any(config.environment)
+    tasks = environment.tasks("train", config.corpus.tasks, seed=config.corpus.seed)
+    checkpoint = run_dir / "hf"
+    shipped = None
+    if use_shipped:
+        fingerprint = corpus_fingerprint(environment, tasks)
+        shipped = find_shipped(config.digest(), fingerprint)
+    if shipped is not None:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        shutil.copytree(shipped.checkpoint, checkpoint)
+        model, tokenizer = load_checkpoint(checkpoint)
+        trained = Trained(None, int(shipped.meta["train_tokens"]),
+                          float(shipped.meta["train_loss"]), 0.0)  # fmt: skip
+        log(f"the shipped warm-up of this config and corpus ({config.digest()}): "
+            f"{trained.tokens:,} tokens trained by `make agent-warm-up`")  # fmt: skip
+    else:
+        model, tokenizer, trained = _train(config, environment, tasks, run_dir, log)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        save_checkpoint(model, tokenizer, checkpoint)
+    limits = config.eval.limits()
+    eval_tasks = environment.tasks("eval", config.eval.tasks)
+    result = evaluate(model, tokenizer, environment, eval_tasks,
+                      max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
+    extra = None
+    if config.eval.extra_tasks > 0:
+        extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
+        extra = evaluate(model, tokenizer, environment, extra_tasks,
+                         max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
+    levels = ", ".join(f"level {k} {v:.1%}" for k, v in result.level_pass_at_1().items())
+    log(
+        f"eval pass@1 {result.pass_at_1:.1%} on {len(eval_tasks)} held-out tasks ({levels})"
+        + (f"; {extra.pass_at_1:.1%} on {len(extra.passed)} of {environment.extra_eval}"
+           if extra is not None else "")
+    )  # fmt: skip
+    version = None
+    if registry is not None and models_root is not None:
+        version = _publish(config, registry, models_root, checkpoint, trained, result, model,
+                           extra)  # fmt: skip
+        log(f"{config.model_name} v{version} registered and promoted to production")
+    return SFTResult(version, checkpoint, parameter_count(model), trained, result, extra)
+
+
+def _train(
+    config: AgentSFTConfig,
+    environment: AnyEnvironment,
+    tasks: list[Task],
+    run_dir: Path,
+    log: Callable[[str], None],
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, Trained]:
+    """The corpus (built once per run dir) and the training engine's run on it."""
     window, tokenizer_dir = run_dir / "window", run_dir / "tokenizer"
     if window.exists() and tokenizer_dir.exists():  # a resumed run: the corpus is built
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir, local_files_only=True)
     else:
-        tasks = environment.tasks("train", config.corpus.tasks, seed=config.corpus.seed)
         corpus = build_corpus(environment, tasks, config.model.vocab_size,
                               config.corpus.seq_len, log)  # fmt: skip
         tokenizer, rows = corpus.tokenizer, corpus.rows
@@ -162,30 +225,9 @@ def run_sft(
     fit = trainer.fit()
     train_s = time.monotonic() - started
     model = load_trained(run_dir / "checkpoints", model_factory)  # the end of the budget
-    checkpoint = run_dir / "hf"
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    save_checkpoint(model, tokenizer, checkpoint)
-    eval_tasks = environment.tasks("eval", config.eval.tasks)
-    result = evaluate(model, tokenizer, environment, eval_tasks,
-                      max_new_tokens=config.eval.max_new_tokens,
-                      limits=config.eval.limits())  # fmt: skip
-    extra = None
-    if config.eval.extra_tasks > 0:
-        extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
-        extra = evaluate(model, tokenizer, environment, extra_tasks,
-                         max_new_tokens=config.eval.max_new_tokens,
-                         limits=config.eval.limits())  # fmt: skip
-    log(
-        f"trained {fit.progress.tokens:,} tokens in {train_s:.0f}s; eval pass@1 "
-        f"{result.pass_at_1:.1%} on {len(eval_tasks)} held-out tasks"
-        + (f"; {extra.pass_at_1:.1%} on {len(extra.passed)} of {environment.extra_eval}"
-           if extra is not None else "")
-    )  # fmt: skip
-    version = None
-    if registry is not None and models_root is not None:
-        version = _publish(config, registry, models_root, checkpoint, fit, result, model, extra)
-        log(f"{config.model_name} v{version} registered and promoted to production")
-    return SFTResult(version, checkpoint, parameter_count(model), fit, result, train_s, extra)
+    log(f"trained {fit.progress.tokens:,} tokens in {train_s:.0f}s")
+    loss = fit.losses[-1] if fit.losses else float("nan")
+    return model, tokenizer, Trained(fit, fit.progress.tokens, loss, train_s)
 
 
 def _publish(
@@ -193,7 +235,7 @@ def _publish(
     registry: ModelRegistry,
     models_root: Path,
     checkpoint: Path,
-    fit: FitResult,
+    trained: Trained,
     result: EvalResult,
     model: PreTrainedModel,
     extra: EvalResult | None,
@@ -206,8 +248,8 @@ def _publish(
         "eval_tasks": float(len(result.passed)),
         **result.level_metrics(),
         **extra_metrics(extra),
-        "train_tokens": float(fit.progress.tokens),
-        "train_loss": fit.losses[-1] if fit.losses else float("nan"),
+        "train_tokens": float(trained.tokens),
+        "train_loss": trained.loss,
         "parameters": float(parameter_count(model)),
     }
     registry.register(

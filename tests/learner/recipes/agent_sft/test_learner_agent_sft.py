@@ -94,12 +94,14 @@ def test_warm_up_learns_and_saves_an_hf_checkpoint(tmp_path: Path) -> None:
     lines: list[str] = []
     result = run_sft(config, tmp_path / "run", log=lines.append)
     assert result.version is None  # no registry given
-    assert result.fit.losses[-1] < result.fit.losses[0] / 2
-    assert result.fit.progress.tokens > 0
+    assert result.trained.fit is not None
+    assert result.trained.fit.losses[-1] < result.trained.fit.losses[0] / 2
+    assert result.trained.fit.progress.tokens > 0
     assert len(result.eval.passed) == 20 and 0.0 <= result.eval.pass_at_1 <= 1.0
     assert result.extra is not None and len(result.extra.passed) == 10
     assert any("on 10 of seen programs" in line for line in lines)  # beside the eval set
     _, tokenizer = load_checkpoint(result.checkpoint)
     assert len(tokenizer) <= 400
     again = run_sft(dataclasses.replace(config), tmp_path / "run", log=lambda _: None)
-    assert again.fit.resumed_from == 40  # a second run resumes: nothing trained twice
+    assert again.trained.fit is not None
+    assert again.trained.fit.resumed_from == 40  # a second run resumes: nothing trained twice
