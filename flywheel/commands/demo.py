@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from flywheel.console import err, out
+from flywheel.demo.agent import AGENT_ENVIRONMENTS
 from flywheel.demo.loop import Demo, DemoOptions, DemoStatus
 from flywheel.demo.results import RunResults
 from flywheel.isolation import require_model_code_isolation
@@ -24,6 +25,7 @@ from flywheel.report.html import (
     agent_cells,
     agent_headline_text,
     headline_text,
+    pass_at_k_text,
     version_cells,
 )
 from flywheel.settings import Settings
@@ -129,7 +131,8 @@ def agent_table(results: RunResults) -> Table:
     default="both",
     show_default=True,
     help="tab: the suggestion-gate loop. agent: the agent LM's loop (warm-up, rollout workers, "
-    "serving and its users, RL learner). both: the two together.",
+    "RL learner; with --agent-env program-synthesis also serving and its users). both: the two "
+    "together.",
 )
 @click.option(
     "--agent-versions",
@@ -138,6 +141,15 @@ def agent_table(results: RunResults) -> Table:
     type=click.IntRange(2),
     help="Stop the agent loop once this many agent versions are decided (the warm-up's v1 "
     "included; a version takes about a minute on 2 cores, so the time budget usually ends it).",
+)
+@click.option(
+    "--agent-env",
+    type=click.Choice(AGENT_ENVIRONMENTS),
+    default=AGENT_ENVIRONMENTS[0],
+    show_default=True,
+    help="The agent loop's environment: repository (episodes of tool calls that fix generated "
+    "repositories; rollout workers and the RL learner) or program-synthesis (single "
+    "completions; also a serving replica and simulated users whose reactions train it).",
 )
 def demo(
     config_path: Path,
@@ -149,16 +161,19 @@ def demo(
     learner_config: Path | None,
     loop: str,
     agent_versions: int,
+    agent_env: str,
 ) -> None:
     """Run the closed loops on the local stack until enough versions are decided.
 
     The suggestion-gate loop (tab) starts the simulated IDE fleet (v0 heuristic policy), the
     online feature processor and the continuous gate learner; the fleet follows every model the
-    learner publishes, until VERSIONS are decided. The agent loop warms the agent LM up (v1; a
-    finished warm-up of the same config is reused), then runs a rollout worker, a serving
-    replica of the OpenAI API with simulated users reacting to its completions, and the RL
-    learner (trained on trials and served completions) until AGENT-VERSIONS are decided. Both
-    share the reward joiner and the lake sink.
+    learner publishes, until VERSIONS are decided. The agent loop warms the agent LM up (v1:
+    the shipped warm-up of the config, or a finished one of the same config, is reused), then
+    runs a rollout worker (in the repository environment: episodes of tool calls, levels moved
+    by a curriculum) and the RL learner until AGENT-VERSIONS are decided; with
+    --agent-env program-synthesis also a serving replica of the OpenAI API with simulated users
+    whose reactions train it too. Afterwards it samples pass@1 and pass@8 before and after and
+    shows one held-out episode turn by turn. Both loops share the reward joiner and the sink.
     Shows live progress; Ctrl-C stops cleanly. Prints the per-version result tables, stores the
     gate's in the lake (demo.results) and writes an HTML report. The lake, catalog and models
     stay for `flywheel query` and `flywheel models list`.
@@ -177,6 +192,7 @@ def demo(
         loop=loop,
         agent_model=f"agent-{run_id}",
         agent_versions=agent_versions,
+        agent_env=agent_env,
     )
     if options.agent:  # its workers run model-written code: fail closed before anything starts
         require_model_code_isolation("demo")
@@ -198,6 +214,8 @@ def demo(
     if options.agent:
         wide.print(agent_table(results))
         out.print(agent_headline_text(results))
+        if results.agent_pass_at_k:
+            out.print(f"Agent, sampled: {pass_at_k_text(results)}")
     page = write_report(results, settings.home / "demo" / run_id / "report")
     out.print(f"report: {page}")
     hint = 'flywheel query "select * from demo_results"'  # a fixed string, not built SQL

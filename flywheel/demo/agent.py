@@ -3,9 +3,11 @@ result rows.
 
     flywheel learn --recipe agent-sft   the first version (v1; a finished warm-up with the same
                                         config is reused, so only the first demo pays for it)
-    flywheel rollouts --from-pool …     groups of trials with production (and the canary)
-    flywheel serve --kind agent         the OpenAI API: every completion an AgentCompletion
-    flywheel agent-users                simulated users calling it, reacting (AgentFeedback)
+    flywheel rollouts --from-pool …     groups of trials with production (and the canary): in the
+                                        repository environment, episodes of tool calls
+    flywheel serve --kind agent         (program synthesis) the OpenAI API: every completion an
+                                        AgentCompletion
+    flywheel agent-users                (program synthesis) simulated users calling it, reacting
     flywheel learn --recipe agent       windows → GRPO → eval-suite check → canary → promote
 
 The joiner turns complete groups into grpo@1 Rewards and served completions + reactions into
@@ -25,14 +27,20 @@ from pathlib import Path
 import duckdb
 
 from contracts.advantages import DEFAULT_GROUP_SIZE
+from environments import PROGRAM_SYNTHESIS, REPOSITORY
+from environments.episodes import EpisodeLimits
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
 from learner.continuous import WINDOW_LAST_EVENT_METRIC
+from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, PROGRAM_SYNTHESIS_AGENT_CONFIG
 from learner.recipes.agent_rl.windows import TRIALS, RowSource
+from learner.recipes.agent_sft.recipe import DEFAULT_SFT_CONFIG, PROGRAM_SYNTHESIS_SFT_CONFIG
 from model_registry.registry import DECIDED, VersionState
+from policies.agent_sampling import SamplingParams
 from schemas.enums import ModelEventType
 from streams.topics import REWARDS_TOPIC
 
+LEVEL_METRIC = "eval_pass_at_1_level"  # learner.eval_suite.EvalResult.level_metrics
 USERS_RATE_PER_S = 1.0  # agent users' requests: a share of the CPU the rollout workers also need
 # The rollout worker, the serving replica and the learner run torch side by side; each with a
 # thread per core oversubscribes the cores, and OpenMP threads waiting on each other then
@@ -48,36 +56,64 @@ def torch_threads_env(cpus: int | None = None) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads)}
 
 
-def warm_up_spec(model_name: str) -> WorkerSpec:
-    return WorkerSpec("agent-sft", ["learn", "--recipe", "agent-sft", "--model", model_name],
-                      finishes=True)  # fmt: skip
+# Per environment: the recipes' configs and the rollout worker's per-turn limits. Served
+# completions (the OpenAI API and its simulated users) are single-turn program synthesis until
+# served sessions take tools (issue 36); with the repository environment the agent loop is
+# rollout workers and the learner.
+_SFT_CONFIG = {REPOSITORY: DEFAULT_SFT_CONFIG, PROGRAM_SYNTHESIS: PROGRAM_SYNTHESIS_SFT_CONFIG}
+_RL_CONFIG = {REPOSITORY: DEFAULT_AGENT_CONFIG, PROGRAM_SYNTHESIS: PROGRAM_SYNTHESIS_AGENT_CONFIG}
+AGENT_ENVIRONMENTS = tuple(_SFT_CONFIG)
+# The trials' sampling (program synthesis: the worker's defaults, tuned on it); an episode's
+# turn is one tool call (64 tokens hold the longest edit) within the model's 512 positions.
+TRIAL_SAMPLING = {
+    REPOSITORY: SamplingParams(temperature=0.6, max_new_tokens=64),
+    PROGRAM_SYNTHESIS: SamplingParams(temperature=0.4, max_new_tokens=24),
+}
+EPISODE_LIMITS = EpisodeLimits(max_turns=8, max_tokens=512)
 
 
-def agent_specs(model_name: str, versions: int, run_id: str, port: int) -> list[WorkerSpec]:
-    """The rollout worker, a serving replica and its users, and the RL learner, started once
-    the warm-up has registered v1."""
+def _trial_options(environment: str) -> list[str]:
+    sampling = TRIAL_SAMPLING[environment]
+    options = ["--temperature", str(sampling.temperature),
+               "--max-tokens", str(sampling.max_new_tokens)]  # fmt: skip
+    if environment == REPOSITORY:
+        options += ["--max-context", str(EPISODE_LIMITS.max_tokens),
+                    "--max-turns", str(EPISODE_LIMITS.max_turns)]  # fmt: skip
+    return options
+
+
+def warm_up_spec(model_name: str, environment: str = REPOSITORY) -> WorkerSpec:
+    args = ["learn", "--recipe", "agent-sft", "--model", model_name,
+            "--config", str(_SFT_CONFIG[environment])]  # fmt: skip
+    return WorkerSpec("agent-sft", args, finishes=True)
+
+
+def agent_specs(
+    model_name: str, versions: int, run_id: str, port: int, environment: str = REPOSITORY
+) -> list[WorkerSpec]:
+    """The rollout worker, the RL learner and — for program synthesis — a serving replica and
+    its users, started once the warm-up has registered v1."""
     # The joiner's group size, so that groups complete on their last trial (not by timeout).
     rollouts = [
-        "rollouts", "--model", model_name, "--from-pool", "program-synthesis",
+        "rollouts", "--model", model_name, "--from-pool", environment,
         "--group-size", str(DEFAULT_GROUP_SIZE), "--group", f"demo-{run_id}.rollouts",
-        "--status-every", "15s",
+        "--status-every", "15s", *_trial_options(environment),
     ]  # fmt: skip
-    serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port), "--no-auth",
-             "--replica-id", f"demo-{run_id}-agent", "--status-every", "15s"]  # fmt: skip
-    users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
-             "--rate", str(USERS_RATE_PER_S), "--name", f"demo-{run_id}-users"]  # fmt: skip
+    learn = ["learn", "--recipe", "agent", "--model", model_name, "--max-versions",
+             str(versions), "--config", str(_RL_CONFIG[environment])]  # fmt: skip
     threads = torch_threads_env()
-    return [
+    specs = [
         WorkerSpec("rollouts", rollouts, env=threads),
-        WorkerSpec("agent-serve", serve, env=threads),
-        WorkerSpec("agent-users", users),
-        WorkerSpec(
-            "agent-learner",
-            ["learn", "--recipe", "agent", "--model", model_name, "--max-versions", str(versions)],
-            finishes=True,
-            env=threads,
-        ),
+        WorkerSpec("agent-learner", learn, finishes=True, env=threads),
     ]
+    if environment == PROGRAM_SYNTHESIS:
+        serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port),
+                 "--no-auth", "--replica-id", f"demo-{run_id}-agent",
+                 "--status-every", "15s"]  # fmt: skip
+        users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
+                 "--rate", str(USERS_RATE_PER_S), "--name", f"demo-{run_id}-users"]  # fmt: skip
+        specs += [WorkerSpec("agent-serve", serve, env=threads), WorkerSpec("agent-users", users)]
+    return specs
 
 
 def online_rewards(
@@ -139,6 +175,12 @@ def agent_version_results(
                 served_rows=int(metrics.get("served_rows", 0)),
                 served_reward=served_reward,
                 served=served_count,
+                level_pass_at_1={
+                    key.removeprefix(LEVEL_METRIC): value
+                    for key, value in sorted(metrics.items())
+                    if key.startswith(LEVEL_METRIC)
+                },
+                extra_pass_at_1=metrics.get("eval_extra_pass_at_1"),
             )
         )
     return rows

@@ -21,14 +21,19 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from environments import ENVIRONMENTS, REPOSITORY
 from fleet.subscriber import ModelSubscriber
 from flywheel.clients import codec, pseudonymizer, telemetry_client
+from flywheel.console import err
 from flywheel.demo.agent import (
+    EPISODE_LIMITS,
+    TRIAL_SAMPLING,
     agent_specs,
     agent_version_results,
     online_rewards,
     warm_up_spec,
 )
+from flywheel.demo.agent_showcase import showcase
 from flywheel.demo.fleet_driver import FleetDriver
 from flywheel.demo.measure import LiveVersions, Timeline, version_results
 from flywheel.demo.results import RunResults
@@ -79,6 +84,7 @@ class DemoOptions:
     loop: str = "tab"  # tab, agent or both
     agent_model: str = "agent-lm"
     agent_versions: int = 10  # agent versions decided (the warm-up's v1 included)
+    agent_env: str = REPOSITORY  # the agent loop's environment
 
     @property
     def tab(self) -> bool:
@@ -165,7 +171,7 @@ def worker_specs(options: DemoOptions) -> list[WorkerSpec]:
         ),
         WorkerSpec("sink", ["sink", "--max-age", "2s", "--status-every", "10s"]),
     ]
-    agent = [warm_up_spec(options.agent_model)] if options.agent else []
+    agent = [warm_up_spec(options.agent_model, options.agent_env)] if options.agent else []
     return [*shared, *(_tab_specs(options) if options.tab else []), *agent]
 
 
@@ -260,10 +266,21 @@ class Demo:
                     fleet.ground_truth.by_version(), self._states, live.first_served, self.started
                 )
             if o.agent:
+                states = self._agent_states()
                 results.agent_versions = agent_version_results(
-                    self._agent_states(), online_rewards(s.lake, o.agent_model),
+                    states, online_rewards(s.lake, o.agent_model),
                     online_rewards(s.lake, o.agent_model, SERVED), self.started,
                 )  # fmt: skip
+                results.agent_env = o.agent_env
+                results.agent_extra_eval = ENVIRONMENTS.get_any(o.agent_env).extra_eval
+                if not stop.is_set():  # Ctrl-C: the results so far, without the extra minute
+                    results.agent_pass_at_k, results.agent_episode = showcase(
+                        states,
+                        o.agent_env,
+                        TRIAL_SAMPLING[o.agent_env],
+                        EPISODE_LIMITS,
+                        lambda line: err.print(line, highlight=False),
+                    )
             results.save(self.run_dir, s.lake)
         return results
 
@@ -320,7 +337,8 @@ class Demo:
             driver.check()
             if o.agent and not agent_started and "agent-sft" in finished:
                 port = free_port()
-                for spec in agent_specs(o.agent_model, o.agent_versions, o.run_id, port):
+                for spec in agent_specs(o.agent_model, o.agent_versions, o.run_id, port,
+                                        o.agent_env):  # fmt: skip
                     workers.start(spec)  # the warm-up registered v1: RL starts from it
                 agent_started = True
             if now >= next_slow:

@@ -71,6 +71,10 @@ class AgentVersionResult:
     served_rows: int = 0
     served_reward: float | None = None
     served: int = 0
+    # The eval suite per difficulty level ("1" -> pass@1) and on the environment's second
+    # held-out set (repository: unseen templates; program synthesis: seen programs).
+    level_pass_at_1: dict[str, float] = field(default_factory=dict)
+    extra_pass_at_1: float | None = None
 
     @property
     def served_share(self) -> float | None:
@@ -103,6 +107,13 @@ class RunResults:
     loop: str = "tab"  # which loops ran: tab, agent or both
     agent_model: str | None = None
     agent_versions: list[AgentVersionResult] = field(default_factory=list)
+    agent_env: str | None = None  # the agent loop's environment
+    agent_extra_eval: str | None = None  # what its second held-out set is ("unseen templates")
+    # Sampled pass@1 and pass@8 on held-out tasks before (the warm-up) and after (the newest
+    # production): [{"version": 1, "pass@1": 0.12, "pass@8": 0.31, "tasks": 32}, …]
+    agent_pass_at_k: list[dict[str, float]] = field(default_factory=list)
+    # One held-out episode of the newest production, turn by turn (AgentEpisode as a dict).
+    agent_episode: dict[str, Any] | None = None
 
     def agent_headline(self) -> tuple[AgentVersionResult, AgentVersionResult] | None:
         """(first version, best promoted version by eval pass@1), when a later one was

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Any
 
 from flywheel.demo.results import AgentVersionResult, RunResults, VersionResult
 from flywheel.report.plots import AGENT_PLOTS, PLOTS
@@ -19,6 +20,7 @@ th, td { border-bottom: 1px solid #ddd; padding: 0.3rem 0.6rem; text-align: righ
 th:first-child, td:first-child, td.text { text-align: left; }
 .headline { font-size: 1.2rem; background: #f4f8f4; padding: 0.8rem; border-radius: 6px; }
 img { max-width: 100%; margin: 1rem 0; }
+ol.episode pre { background: #f6f6f6; padding: 0.4rem; margin: 0.2rem 0 0.6rem; font-size: 0.8rem; }
 """
 _MARK_LOADED = """
 window.addEventListener("load", () => {
@@ -75,6 +77,8 @@ AGENT_COLUMNS = (
     "parent",
     "eval pass@1",
     "pass@1 lower",
+    "by level",
+    "held-out 2",
     "online reward",
     "trials",
     "tokens trained",
@@ -93,6 +97,8 @@ def agent_cells(v: AgentVersionResult) -> list[str]:
         "-" if v.parent_version is None else f"v{v.parent_version}",
         _num(v.eval_pass_at_1, ".1%"),
         _num(v.eval_pass_lower, ".1%"),
+        " ".join(f"L{k} {r:.0%}" for k, r in v.level_pass_at_1.items()) or "-",
+        _num(v.extra_pass_at_1, ".1%"),
         _num(v.online_reward, ".3f"),
         f"{v.trials:,}",
         f"{v.train_tokens:,}",
@@ -151,16 +157,51 @@ def _table(columns: tuple[str, ...], rows: list[tuple[list[str], str | None]]) -
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def pass_at_k_text(results: RunResults) -> str:
+    """``v1 pass@1 9.8% pass@8 31.2% → v5 pass@1 14.1% pass@8 35.0% (32 held-out tasks)``."""
+    rows = results.agent_pass_at_k
+    if not rows:
+        return ""
+    parts = [f"v{int(r['version'])} "
+             + " ".join(f"{k} {r[k]:.1%}" for k in r if k.startswith("pass@"))
+             for r in rows]  # fmt: skip
+    return " → ".join(parts) + f" ({int(rows[0]['tasks'])} held-out tasks, sampled)"
+
+
+def _episode_section(episode: dict[str, Any] | None) -> str:
+    if not episode:
+        return ""
+    verdict = "solved" if episode["passed"] else "not solved"
+    turns = "".join(
+        f"<li><code>{html.escape(t['call'])}</code>"
+        + (f"<pre>{html.escape(t['observation'])}</pre>" if t["observation"] else "")
+        + "</li>"
+        for t in episode["turns"]
+    )
+    return f"""<h3>One held-out episode of v{episode["version"]}, turn by turn</h3>
+<p>Task <code>{html.escape(episode["task_id"])}</code> (level {episode["level"]}):
+{html.escape(episode["user"])} — {verdict}, hidden tests {html.escape(episode["tests"])},
+reward {episode["reward"]:.2f}, ended by {html.escape(episode["ended"])}.</p>
+<ol class="episode">{turns}</ol>"""
+
+
 def _agent_section(results: RunResults) -> str:
     if not results.agent_versions:
         return ""
     rows = [(agent_cells(v), v.reason) for v in results.agent_versions]
-    return f"""<h2>Agent loop (<code>{html.escape(results.agent_model or "")}</code>)</h2>
+    passk = pass_at_k_text(results)
+    second = results.agent_extra_eval or "the environment's second held-out set"
+    env = f" in <code>{html.escape(results.agent_env)}</code>" if results.agent_env else ""
+    return f"""<h2>Agent loop (<code>{html.escape(results.agent_model or "")}</code>){env}</h2>
 <p class="headline">{html.escape(agent_headline_text(results))}</p>
 {_table(AGENT_COLUMNS, rows)}
-<p>Eval pass@1 is greedy decoding on the held-out eval suite, paired against production; its
-lower bound is production's pass@1 plus the lift's bootstrap lower bound. The online reward is
-the mean reward of the trials each version sampled on the rollout workers.</p>"""
+<p>Eval pass@1 is greedy decoding on the held-out eval suite (never in a training pool),
+paired against production; its lower bound is production's pass@1 plus the lift's bootstrap
+lower bound (clustered: by template, by program). "By level" splits it by difficulty;
+"held-out 2" is pass@1 on {html.escape(second)}, reported, never deciding. The online reward is
+the mean reward of the trials each version sampled on the rollout workers.</p>
+{f'<p class="headline">Sampled: {html.escape(passk)}</p>' if passk else ""}
+{_episode_section(results.agent_episode)}"""
 
 
 def write_report(results: RunResults, out_dir: Path) -> Path:

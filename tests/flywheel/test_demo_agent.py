@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flywheel.demo.agent import agent_specs, agent_version_results, torch_threads_env
+from environments import PROGRAM_SYNTHESIS, REPOSITORY
+from flywheel.demo.agent import agent_specs, agent_version_results, torch_threads_env, warm_up_spec
 from flywheel.demo.loop import DemoOptions, _agent_line
 from learner.continuous import WINDOW_LAST_EVENT_METRIC
 from model_registry.registry import NO_WINDOW, fold_versions
@@ -27,6 +28,8 @@ def _event(version: int, kind: ModelEventType, second: int, **metrics: float) ->
 
 def test_agent_rows_carry_the_check_numbers_online_rewards_and_data_to_live() -> None:
     checked = {"eval_pass_at_1": 0.19, "eval_production_pass_at_1": 0.155,
+             "eval_pass_at_1_level1": 0.3, "eval_pass_at_1_level2": 0.1,
+             "eval_extra_pass_at_1": 0.02,
              "eval_pass_lift_lower": 0.005, "train_tokens": 8315.0, "stale_rows": 3.0,
              "train_rows": 400.0, "served_rows": 96.0,
              WINDOW_LAST_EVENT_METRIC: (T0.timestamp() + 100) * 1000}  # fmt: skip
@@ -49,6 +52,8 @@ def test_agent_rows_carry_the_check_numbers_online_rewards_and_data_to_live() ->
     assert v2.data_to_live_s == pytest.approx(82.0)  # newest reward at +100 s, promoted at +182
     assert (v2.train_tokens, v2.stale_rows, v2.decided_at_s) == (8315, 3, 182.0)
     assert (v2.served_share, v2.served_reward, v2.served) == (0.24, 0.31, 40)
+    assert v2.level_pass_at_1 == {"1": 0.3, "2": 0.1} and v2.extra_pass_at_1 == 0.02
+    assert v1.level_pass_at_1 == {} and v1.extra_pass_at_1 is None
     assert (v1.served_share, v1.served_reward, v1.served) == (None, None, 0)
     assert (v3.online_reward, v3.trials, v3.decision, v3.data_to_live_s) == (
         None, 0, "GATE_FAILED", None)  # fmt: skip
@@ -63,7 +68,23 @@ def test_the_agent_loops_torch_processes_share_the_cores(cpus: int, threads: str
 
 
 def test_only_the_torch_workers_get_a_thread_share() -> None:
-    specs = {s.name: s for s in agent_specs("agent-lm", 4, "r", 8080)}
+    specs = {s.name: s for s in agent_specs("agent-lm", 4, "r", 8080, PROGRAM_SYNTHESIS)}
     assert {n for n, s in specs.items() if "OMP_NUM_THREADS" in s.env} == {
         "rollouts", "agent-serve", "agent-learner"
     }  # fmt: skip
+
+
+def test_each_environment_runs_its_recipes_and_trials() -> None:
+    repository = {s.name: s.args for s in agent_specs("agent-lm", 4, "r", 8080, REPOSITORY)}
+    assert set(repository) == {"rollouts", "agent-learner"}  # served sessions: a later issue
+    rollouts = repository["rollouts"]
+    assert rollouts[rollouts.index("--from-pool") + 1] == REPOSITORY
+    assert rollouts[rollouts.index("--max-context") + 1] == "512"
+    learner = repository["agent-learner"]
+    assert learner[learner.index("--config") + 1].endswith("rl.yaml")
+    synthesis = {s.name: s.args for s in agent_specs("agent-lm", 4, "r", 8080, PROGRAM_SYNTHESIS)}
+    learner = synthesis["agent-learner"]
+    assert learner[learner.index("--config") + 1].endswith("rl-program-synthesis.yaml")
+    assert "--max-context" not in synthesis["rollouts"]
+    sft = warm_up_spec("agent-lm", PROGRAM_SYNTHESIS).args
+    assert sft[sft.index("--config") + 1].endswith("sft-program-synthesis.yaml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from flywheel.cli import cli
 from flywheel.demo.results import AgentVersionResult, RunResults, TimelinePoint, VersionResult
 from flywheel.report import write_report
-from flywheel.report.html import agent_headline_text, headline_text
+from flywheel.report.html import agent_headline_text, headline_text, pass_at_k_text
 
 
 def _version(
@@ -123,6 +124,33 @@ def test_agent_rows_round_trip_and_render(tmp_path: Path) -> None:
     assert "agent-run-1" in text and "21.0%" in text and 'title="gate_failed because"' in text
     assert "served share" in text and "0.250 (120)" in text
     assert (tmp_path / "report" / "agent.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_repository_loop_shows_levels_pass_at_k_and_a_worked_episode(tmp_path: Path) -> None:
+    results = with_agent(sample_results())
+    results.agent_env, results.agent_extra_eval = "repository", "unseen templates"
+    results.agent_versions[2] = dataclasses.replace(
+        results.agent_versions[2], level_pass_at_1={"1": 0.4, "2": 0.12}, extra_pass_at_1=0.03
+    )
+    results.agent_pass_at_k = [
+        {"version": 1.0, "tasks": 32.0, "pass@1": 0.1, "pass@8": 0.3},
+        {"version": 3.0, "tasks": 32.0, "pass@1": 0.2, "pass@8": 0.4},
+    ]
+    results.agent_episode = {
+        "version": 3, "task_id": "repo-1", "level": 1, "user": "Tests in test_text.py fail.",
+        "turns": [{"call": 'run_tests({})', "observation": "FAILED test_a: 'x' <1>"},
+                  {"call": "submit({})", "observation": ""}],
+        "passed": True, "reward": 1.5, "tests": "3/3", "ended": "submitted",
+    }  # fmt: skip
+    path = results.save(tmp_path / "run", tmp_path / "lake")
+    assert RunResults.load(path) == results
+    assert pass_at_k_text(results) == (
+        "v1 pass@1 10.0% pass@8 30.0% → v3 pass@1 20.0% pass@8 40.0% (32 held-out tasks, sampled)"
+    )
+    text = write_report(results, tmp_path / "report").read_text()
+    assert "L1 40% L2 12%" in text and "unseen templates" in text and "3.0%" in text
+    assert "One held-out episode of v3" in text and "solved, hidden tests 3/3" in text
+    assert "FAILED test_a: &#x27;x&#x27; &lt;1&gt;" in text  # observations are escaped
 
 
 def test_headline_compares_final_production_with_v0() -> None:

@@ -59,7 +59,8 @@ from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from schemas.enums import Channel, ModelEventType
 
-DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "rl.yaml"
+DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "rl.yaml"  # the repository environment
+PROGRAM_SYNTHESIS_AGENT_CONFIG = DEFAULT_AGENT_CONFIG.with_name("rl-program-synthesis.yaml")
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ from policies.agent_lm import (
     save_checkpoint,
 )
 
-DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "sft.yaml"
+DEFAULT_SFT_CONFIG = Path(__file__).parent / "configs" / "sft.yaml"  # the repository environment
+PROGRAM_SYNTHESIS_SFT_CONFIG = DEFAULT_SFT_CONFIG.with_name("sft-program-synthesis.yaml")
 SFT_REWARD_FN = "sft@1"  # the first version learns from references, not from a reward
 
 
