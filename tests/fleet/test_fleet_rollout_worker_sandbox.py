@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ def test_eight_hostile_trials_of_one_group_are_contained(
     canary.mkdir()
     (canary / "secret.txt").write_text(SECRET)
     monkeypatch.setenv("FLYWHEEL_TEST_SECRET", SECRET)
+    runs = tmp_path / "runs"  # the trials' work dirs: tells their processes from other sandboxes'
+    runs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(runs))
     victim = subprocess.Popen(["sleep", "600"])
     bodies = []
     for name in HOSTILE:  # each program, indented as the body of the task's f(x)
@@ -75,5 +79,5 @@ def test_eight_hostile_trials_of_one_group_are_contained(
     assert all(r.sandbox_status in STATUSES for r in results)
     assert alive, "the victim died"
     assert _snapshot(canary) == before
-    assert _leftovers() == []
+    assert _leftovers(runs) == []
     assert SECRET not in repr(results)

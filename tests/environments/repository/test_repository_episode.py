@@ -20,7 +20,10 @@ from environments.repository.spec import HiddenTest, RepoSpec
 from environments.sandbox import SandboxLimits
 from policies.agent_chat import ParsedTurn, ToolCall, parse_tool_call
 
-FAST = SandboxLimits(cpu_s=1, wall_s=6.0)  # room for a slow start on 2 busy cores
+# The wall limit far above the CPU limit: on 2 busy cores a run may get a fraction of a core, and
+# a hang must still reach its 1 s of CPU (its reason: "CPU time") before the wall deadline, as
+# every normal run must end before it. No test here waits for the wall.
+FAST = SandboxLimits(cpu_s=1, wall_s=30.0)
 OPS = "def upper(s):\n    return s.upper()\n\n\ndef reverse(s):\n    return s[::-1]\n"
 TEXT = (
     "from ops import reverse, upper\n\n\n"
