@@ -38,7 +38,7 @@ from schemas.enums import AgentReaction
 from schemas.events import AgentCompletion, AgentFeedback, Reward, RolloutResult
 from schemas.records import AvroRecord, encode_time
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
-from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
+from tests.learner.recipes.agent_rl.agent_lake import window_rows, write_lake_file
 
 T0 = datetime(2026, 12, 1, 10, tzinfo=UTC)
 PAD = 0
@@ -67,16 +67,6 @@ def _rewards(*groups: list[RolloutResult]) -> list[AvroRecord]:
     return [r for g in groups for r in group_advantages(g, T0, "test")]
 
 
-def _samples(directory: Path) -> dict[str, np.ndarray]:
-    from streaming import LocalDataset
-
-    dataset = LocalDataset(str(directory))
-    rows = [dataset[i] for i in range(len(dataset))]
-    return {
-        k: np.concatenate([r[k][: r["n_rows"]] for r in rows]) for k in rows[0] if k != "n_rows"
-    }
-
-
 def test_rewarded_trials_become_rows_with_their_tokens_and_behaviour(tmp_path: Path) -> None:
     lake, mds = tmp_path / "lake", tmp_path / "mds"
     learnable, flat = _group("g1", [1.0, 0.0, 0.0, 1.0]), _group("g2", [0.0, 0.0])
@@ -88,7 +78,7 @@ def test_rewarded_trials_become_rows_with_their_tokens_and_behaviour(tmp_path: P
     assert record is not None
     assert (record.rows, record.zero_advantage_rows, record.expired_rows) == (4, 2, 0)
     assert record.trained_tokens == 12
-    rows = _samples(mds / "agent-lm.tokens" / record.name)
+    rows = window_rows(mds / "agent-lm.tokens" / record.name)
     assert rows["input_ids"][0, :6].tolist() == [5, 6, 7, 8, 9, 2]
     assert rows["target"][0, :7].tolist() == [0, 0, 0, 1, 1, 1, 0]
     np.testing.assert_allclose(rows["behaviour"][1, 3:6], [-0.5, -1.0, -0.2])
@@ -185,7 +175,7 @@ def test_rows_too_long_for_a_window_are_cut_or_left_out_and_never_stop_it(
                                 now=T0)  # fmt: skip
     assert record is not None
     assert (record.rows, record.cut_rows, record.overlong_rows) == (2, 1, 2)
-    rows = _samples(mds / "d" / record.name)
+    rows = window_rows(mds / "d" / record.name)
     assert rows["input_ids"][1].tolist() == [12, 13, 14, 8, 9, 2]  # cut from the left
     assert rows["target"][1].tolist() == [0, 0, 0, 1, 1, 1]  # the whole completion trains
     np.testing.assert_allclose(rows["behaviour"][1, 3:], [-0.5] * 3)
@@ -240,7 +230,7 @@ def test_greedy_rows_stay_out_and_top_p_travels_with_each_row(tmp_path: Path) ->
     record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=CONFIG,
                                 now=T0)  # fmt: skip
     assert record is not None and (record.rows, record.greedy_rows) == (2, 1)
-    rows = _samples(mds / "d" / record.name)
+    rows = window_rows(mds / "d" / record.name)
     assert rows["top_p"].dtype == np.float64 and rows["top_p"].tolist() == [0.9, 0.9]
     np.testing.assert_allclose(rows["temperature"], [0.7, 0.7], rtol=1e-6)
 
@@ -295,7 +285,7 @@ def test_served_completions_join_the_mix_against_their_version_baseline(tmp_path
     assert record is not None
     assert (record.rows, record.served_rows, record.expired_rows) == (4, 2, 1)
     assert record.zero_advantage_rows == 2  # the ignored one, and the lone v5 one
-    rows = _samples(mds / "d" / record.name)
+    rows = window_rows(mds / "d" / record.name)
     assert rows["weight"].tolist() == [1.0, 1.0, 0.25, 0.25]
     np.testing.assert_allclose(rows["advantage"], [1, -1, 1, -1], atol=1e-4)
     assert rows["input_ids"][2, :4].tolist() == [5, 6, 7, 2]
@@ -343,7 +333,7 @@ def test_an_episodes_tool_observations_are_context_not_targets(tmp_path: Path) -
     assert record is not None and record.rows == 2
     assert record.dead_letters == {"length_mismatch": 1}
     assert record.trained_tokens == 4 + 3
-    rows = _samples(mds / "d" / record.name)
+    rows = window_rows(mds / "d" / record.name)
     by_length = {int(n): i for i, n in enumerate(rows["lengths"])}
     ep, one = by_length[8], by_length[5]
     assert rows["input_ids"][ep, :8].tolist() == [5, 6, 8, 2, 40, 41, 9, 2]
