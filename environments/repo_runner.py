@@ -129,11 +129,7 @@ def main() -> None:
         claims = _empty(request)
         claims["limit"] = hit.kind
     claims["refused"] = refused[0] if refused else None
-    try:
-        text = json.dumps(claims)
-    except (TypeError, ValueError):  # the code may have put anything in our lists
-        text = "{}"
-    os.write(verdict, ("\n" + text + "\n").encode())
+    shared.write_claims(verdict, claims)
 
 
 if __name__ == "__main__":

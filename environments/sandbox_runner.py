@@ -118,7 +118,12 @@ def main() -> None:
     verdict = os.open(".verdict", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     apply_limits(request["limits"])
     install_hook(os.path.realpath(os.getcwd()), refused)
-    claims = _run(request, refused)
+    write_claims(verdict, _run(request, refused))
+
+
+def write_claims(verdict: int, claims: dict[str, Any]) -> None:
+    """One line of claims to the verdict file (``{}`` when the program put something in them
+    that JSON cannot hold: the parent reads that as a crash)."""
     try:
         text = json.dumps(claims)
     except (TypeError, ValueError):  # a program may have put anything in our lists
