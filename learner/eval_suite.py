@@ -59,6 +59,22 @@ class EvalResult:
     clusters: tuple[str, ...] = ()  # (n,) each task's cluster; empty: every task its own
     levels: tuple[int, ...] = ()  # (n,) each task's difficulty
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (kept with a shipped warm-up: its eval need not run again)."""
+        return {"task_ids": list(self.task_ids), "passed": self.passed.tolist(),
+                "rewards": self.rewards.tolist(), "statuses": list(self.statuses),
+                "turns": self.turns.tolist(), "tool_calls": self.tool_calls.tolist(),
+                "clusters": list(self.clusters), "levels": list(self.levels)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> EvalResult:
+        return cls(
+            tuple(raw["task_ids"]), np.asarray(raw["passed"], dtype=bool),
+            np.asarray(raw["rewards"], dtype=np.float64), tuple(raw["statuses"]),
+            np.asarray(raw["turns"], dtype=np.int64), np.asarray(raw["tool_calls"], dtype=np.int64),
+            tuple(raw["clusters"]), tuple(raw["levels"]),
+        )  # fmt: skip
+
     @property
     def pass_at_1(self) -> float:
         return float(self.passed.mean()) if len(self.passed) else 0.0

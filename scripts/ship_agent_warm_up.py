@@ -32,7 +32,8 @@ def main() -> None:
             "eval_pass_at_1": result.eval.pass_at_1,
             "eval_tasks": len(result.eval.passed),
         }
-        folder = ship(config.digest(), result.checkpoint, meta)
+        evals = (config.eval, result.eval, result.extra)
+        folder = ship(config.digest(), result.checkpoint, meta, evals=evals)
     print(f"shipped {folder} (eval pass@1 {result.eval.pass_at_1:.1%}); commit it")
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -35,7 +36,7 @@ from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
 from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_sft.corpus import build_corpus
-from learner.recipes.agent_sft.shipped import corpus_fingerprint, find_shipped
+from learner.recipes.agent_sft.shipped import corpus_fingerprint, find_shipped, shipped_evals
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -159,18 +160,15 @@ def run_sft(
         model, tokenizer, trained = _train(config, environment, tasks, run_dir, log)
         shutil.rmtree(checkpoint, ignore_errors=True)
         save_checkpoint(model, tokenizer, checkpoint)
-    limits = config.eval.limits()
-    eval_tasks = environment.tasks("eval", config.eval.tasks)
-    result = evaluate(model, tokenizer, environment, eval_tasks,
-                      max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
-    extra = None
-    if config.eval.extra_tasks > 0:
-        extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
-        extra = evaluate(model, tokenizer, environment, extra_tasks,
-                         max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
+    evaluated = shipped_evals(shipped, config.eval) if shipped is not None else None
+    if evaluated is not None:  # the same weights on the same held-out tasks, measured at shipping
+        result, extra = evaluated
+        log("eval results of the shipped warm-up (the same weights, tasks and eval settings)")
+    else:
+        result, extra = _evaluate(config, environment, model, tokenizer)
     levels = ", ".join(f"level {k} {v:.1%}" for k, v in result.level_pass_at_1().items())
     log(
-        f"eval pass@1 {result.pass_at_1:.1%} on {len(eval_tasks)} held-out tasks ({levels})"
+        f"eval pass@1 {result.pass_at_1:.1%} on {len(result.passed)} held-out tasks ({levels})"
         + (f"; {extra.pass_at_1:.1%} on {len(extra.passed)} of {environment.extra_eval}"
            if extra is not None else "")
     )  # fmt: skip
@@ -180,6 +178,22 @@ def run_sft(
                            extra)  # fmt: skip
         log(f"{config.model_name} v{version} registered and promoted to production")
     return SFTResult(version, checkpoint, parameter_count(model), trained, result, extra)
+
+
+def _evaluate(
+    config: AgentSFTConfig, environment: AnyEnvironment, model: Any, tokenizer: Any
+) -> tuple[EvalResult, EvalResult | None]:
+    """The eval suite on the held-out tasks, and on the first ``extra_tasks`` of eval_extra."""
+    limits = config.eval.limits()
+    eval_tasks = environment.tasks("eval", config.eval.tasks)
+    result = evaluate(model, tokenizer, environment, eval_tasks,
+                      max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
+    extra = None
+    if config.eval.extra_tasks > 0:
+        extra_tasks = environment.tasks("eval_extra", config.eval.extra_tasks)
+        extra = evaluate(model, tokenizer, environment, extra_tasks,
+                         max_new_tokens=config.eval.max_new_tokens, limits=limits)  # fmt: skip
+    return result, extra
 
 
 def _train(
