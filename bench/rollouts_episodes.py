@@ -264,15 +264,18 @@ def worker_episodes(worker: RolloutWorker, tasks: Sequence[Task], group: int) ->
                   sum(r.completion_tokens for r in results), passed, seconds, ids=ids)  # fmt: skip
 
 
-def random_chat_model(environment: RepositoryEnvironment, vocab_size: int = 1024) -> Any:
-    """A chat tokenizer trained on training tasks' files and a random model (for a smoke run:
-    its turns are rarely tool calls)."""
+def random_chat_model(
+    environment: RepositoryEnvironment, config: AgentModelConfig | None = None
+) -> tuple[Any, Any]:
+    """A chat tokenizer trained on training tasks' files and a random model of ``config``
+    (default: the agent's shape, 1,024 positions; for a smoke run: its turns are rarely tool
+    calls)."""
+    config = config or AgentModelConfig(vocab_size=1024, max_positions=1024)
     corpus = [text for t in environment.tasks("train", 200, seed=3)
               for text in RepoSpec.from_json(t.spec).files.values()]  # fmt: skip
     corpus.append(environment.system)
-    tokenizer = train_tokenizer(corpus, vocab_size, chat=True)
+    tokenizer = train_tokenizer(corpus, config.vocab_size, chat=True)
     torch.manual_seed(0)
-    config = AgentModelConfig(vocab_size=vocab_size, max_positions=1024)
     return build_model(config, tokenizer).eval(), tokenizer
 
 
