@@ -17,22 +17,102 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from contracts.advantages import normalised_advantages
 from environments import ENVIRONMENTS, REPOSITORY
-from environments.base import Task, training_tasks
+from environments.base import AnyEnvironment, Task, training_tasks
 from environments.episodes import EpisodeLimits
 from learner.eval_suite import EvalResult, evaluate
 from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
 from learner.recipes.agent_rl.grpo import GRPOConfig, GRPOTask, TrialFilter
 from learner.recipes.agent_rl.trials import collect_trials
+from learner.recipes.agent_rl.windows import AgentRows
 from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class GRPOSettings:
+    """How :func:`grpo_iteration` samples its trials and trains on them."""
+
+    group: int  # trials per task
+    sampling: SamplingParams
+    seq_len: int = 512  # tokens per training row
+    limits: EpisodeLimits | None = None  # an episode's bounds (multi-turn environments)
+    epochs: int = 1  # optimizer steps per batch (the ratio to the behaviour policy clips later)
+    reward: Literal["tests", "solved"] = "tests"  # solved: 1 when all hidden tests pass, else 0
+    flip: bool = False  # negate advantages (a bad candidate)
+    positive_only: bool = False  # train on trials with positive advantage only
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """What one iteration sampled (the rows, with the advantages it trained with) and how many
+    trials it trained on."""
+
+    rows: AgentRows
+    advantage: np.ndarray
+    trained: int
+    flat: int  # trials in groups whose advantages were all equal (no signal)
+
+    def line(self) -> str:
+        length = self.rows.tokens.target.sum(axis=1).mean()  # trained tokens, end included
+        return (
+            f"mean trial reward {self.rows.reward.mean():.3f}, {length:.1f} tokens per trial, "
+            f"trained on {self.trained} trials ({self.flat} in flat groups)"
+        )
+
+
+def grpo_iteration(
+    model: Any,
+    tokenizer: Any,
+    environment: AnyEnvironment,
+    tasks: Sequence[Task],
+    settings: GRPOSettings,
+    objective: GRPOTask,
+    optimizer: torch.optim.Optimizer,
+    *,
+    seed: int,
+) -> Iteration:
+    """One GRPO iteration in process: ``settings.group`` trials of each task (episodes in a
+    multi-turn environment) sampled from ``model`` as it is, scored, normalised within their
+    group, flat groups dropped, then ``settings.epochs`` optimizer steps of ``objective`` on the
+    kept rows (an episode's tool observations masked out). Leaves ``model`` in train mode when
+    it trained."""
+    group = settings.group
+    model.eval()
+    rows = collect_trials(model, tokenizer, environment, tasks, group, settings.sampling,
+                          seq_len=settings.seq_len, seed=seed, limits=settings.limits)  # fmt: skip
+    advantage = rows.advantage
+    if settings.reward == "solved":  # all hidden tests passed or nothing: what pass@1 counts
+        solved = (rows.reward >= 1.0).astype(np.float32).tolist()
+        advantage = np.concatenate([
+            normalised_advantages(solved[j * group : (j + 1) * group]) for j in range(len(tasks))
+        ]).astype(np.float32)  # fmt: skip
+    advantage = -advantage if settings.flip else advantage
+    keep, dropped = TrialFilter().keep(np.zeros(len(advantage), dtype=int), rows.group,
+                                       advantage, production=0)  # fmt: skip
+    if settings.positive_only:
+        keep &= advantage > 0
+    if keep.any():
+        model.train()
+        batch = rows.batch(keep)
+        batch["advantage"] = torch.from_numpy(advantage[keep])
+        for _ in range(settings.epochs):
+            total, count = objective.loss(model, batch)
+            (total / count).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+    return Iteration(rows, advantage, int(keep.sum()), dropped["flat_group"])
 
 
 def main() -> None:
@@ -89,39 +169,15 @@ def main() -> None:
     drawn = training_tasks(ENVIRONMENTS, args.env, draw.randrange(1 << 30), levels)
     pool = list(islice(drawn, args.tasks * args.iterations))
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    settings = GRPOSettings(
+        group=args.group, sampling=sampling, seq_len=args.seq_len, limits=limits,
+        epochs=args.epochs, reward=args.reward, flip=args.flip, positive_only=args.positive_only,
+    )  # fmt: skip
     for i in range(args.iterations):
         tasks = pool[i * args.tasks : (i + 1) * args.tasks]
-        model.eval()
-        trials = collect_trials(model, tokenizer, env, tasks, args.group, sampling,
-                                seq_len=args.seq_len, seed=rng.randrange(1 << 30),
-                                limits=limits)  # fmt: skip
-        advantage = trials.advantage
-        if args.reward == "solved":  # all hidden tests passed or nothing: what pass@1 counts
-            solved = (trials.reward >= 1.0).astype(np.float32).tolist()
-            advantage = np.concatenate([
-                normalised_advantages(solved[j * args.group : (j + 1) * args.group])
-                for j in range(len(tasks))
-            ]).astype(np.float32)  # fmt: skip
-        advantage = -advantage if args.flip else advantage
-        keep, dropped = TrialFilter().keep(np.zeros(len(advantage), dtype=int),
-                                           trials.group, advantage, production=0)  # fmt: skip
-        if args.positive_only:
-            keep &= advantage > 0
-        if keep.any():
-            model.train()
-            batch = trials.batch(keep)
-            batch["advantage"] = torch.from_numpy(advantage[keep])
-            for _ in range(args.epochs):  # the ratio to the behaviour policy clips later epochs
-                total, count = task.loss(model, batch)
-                (total / count).backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad()
-        flat = dropped["flat_group"]
-        length = trials.tokens.target.sum(axis=1).mean()  # completion tokens, end included
-        print(f"iteration {i + 1:3d}: mean trial reward {trials.reward.mean():.3f}, "
-              f"{length:.1f} tokens per trial, trained on {int(keep.sum())} trials ({flat} in "
-              "flat groups)", flush=True)  # fmt: skip
+        done = grpo_iteration(model, tokenizer, env, tasks, settings, task, optimizer,
+                              seed=rng.randrange(1 << 30))  # fmt: skip
+        print(f"iteration {i + 1:3d}: {done.line()}", flush=True)
         if args.eval_every and (i + 1) % args.eval_every == 0 and i + 1 < args.iterations:
             now = evaluated()
             print(f"  pass@1 after {i + 1} iterations: {now.pass_at_1:.1%} "

@@ -3,6 +3,11 @@ against a bare `subprocess.run` of the same programs, each pair measured in the 
 
     .venv/bin/python -m bench.rollouts [--tasks 4 --group 8 --max-new-tokens 24 --rounds 5]
     .venv/bin/python -m bench.rollouts --checkpoint DIR --device cuda --dtype bfloat16  # a GPU
+    .venv/bin/python -m bench.rollouts --env repository --checkpoint DIR  # episodes with tools
+
+``--env program-synthesis`` (the default) measures single completions, below;
+``--env repository`` (or ``repo``) measures episodes: the worker against a plain loop of
+generate + tools at the same concurrency (``bench/rollouts_episodes.py``).
 
 * generation: the worker's path (`policies.agent_sampling.sample`: one batched generate over
   tasks x group sequences, per-token log-probs, decoding, cut at end-of-sequence) vs
@@ -35,8 +40,10 @@ from pathlib import Path
 
 import torch
 
-from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
+from bench import rollouts_episodes
+from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS, REPOSITORY
 from environments.base import score_all
+from environments.episodes import EpisodeLimits
 from environments.isolation import require_isolation
 from environments.program_synthesis import HEADER, PRELUDE, ProgramSynthesis, Spec, composition
 from environments.sandbox import OK, run_program
@@ -149,9 +156,16 @@ def start_cost(runs: int = 30) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--env", choices=(PROGRAM_SYNTHESIS, REPOSITORY, "repo"), default=PROGRAM_SYNTHESIS,
+        help="program-synthesis: completions and sandboxed scoring; repository (repo): episodes",
+    )  # fmt: skip
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None,
+        help="per trial; per turn of an episode (default 24; repository: 64, the eval suite's)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--programs", type=int, default=64)
     parser.add_argument("--checkpoint", default=None, help="an HF checkpoint dir (else random)")
@@ -159,8 +173,21 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", help="with --checkpoint: bfloat16 on a GPU")
     parser.add_argument("--skip-scoring", action="store_true")
     parser.add_argument("--skip-generation", action="store_true")
+    episodes = parser.add_argument_group("repository episodes")
+    episodes.add_argument("--temperature", type=float, default=0.4,
+                          help="the rollout workers' default")  # fmt: skip
+    episodes.add_argument("--top-p", type=float, default=1.0)
+    episodes.add_argument("--max-turns", type=int, default=EpisodeLimits.max_turns)
+    episodes.add_argument("--max-context", type=int, default=EpisodeLimits.max_tokens,
+                          help="an episode's tokens")  # fmt: skip
+    episodes.add_argument("--seed", type=int, default=0, help="the episodes' sampling seed")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
+    if args.env != PROGRAM_SYNTHESIS:
+        args.max_new_tokens = args.max_new_tokens or 64
+        rollouts_episodes.run(args)
+        return
+    args.max_new_tokens = args.max_new_tokens or 24
     env = ENVIRONMENTS.get(PROGRAM_SYNTHESIS)
     assert isinstance(env, ProgramSynthesis)
     if not args.skip_generation:
