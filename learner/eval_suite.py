@@ -15,9 +15,12 @@ final score does, and the result also counts each episode's turns and tool calls
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import comb
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,7 @@ from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from policies.agent_sampling import SamplingParams, sample
 
 GREEDY_BATCH = 32  # prompts per generate call
+EVALS_FILE = "eval.json"  # a checkpoint's eval results, kept beside its weights
 
 
 @dataclass(frozen=True)
@@ -240,3 +244,29 @@ def sampled_pass_at_k(
         correct += [sum(t.score.passed for t in trials[i : i + samples])
                     for i in range(0, len(trials), samples)]  # fmt: skip
     return {k: pass_at_k(correct, samples, k) for k in ks if k <= samples}
+
+
+def save_evals(
+    directory: Path, settings: EvalConfig, result: EvalResult, extra: EvalResult | None
+) -> None:
+    """Keep a checkpoint's eval results (per task) in ``directory`` with the settings that
+    produced them, so whoever loads the same weights need not evaluate them again."""
+    raw = {"settings": dataclasses.asdict(settings), "eval": result.to_dict(),
+           "extra": None if extra is None else extra.to_dict()}  # fmt: skip
+    (directory / EVALS_FILE).write_text(json.dumps(raw, separators=(",", ":")) + "\n")
+
+
+def load_evals(
+    directory: Path, settings: EvalConfig
+) -> tuple[EvalResult, EvalResult | None] | None:
+    """The results :func:`save_evals` kept in ``directory`` when they were measured with
+    ``settings`` (the same held-out tasks, limits and greedy decoding: the same verdicts for the
+    same weights); None when there are none or the settings differ."""
+    try:
+        raw = json.loads((directory / EVALS_FILE).read_text())
+        if raw["settings"] != dataclasses.asdict(settings):
+            return None
+        extra = None if raw["extra"] is None else EvalResult.from_dict(raw["extra"])
+        return EvalResult.from_dict(raw["eval"]), extra
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

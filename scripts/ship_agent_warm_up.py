@@ -32,8 +32,7 @@ def main() -> None:
             "eval_pass_at_1": result.eval.pass_at_1,
             "eval_tasks": len(result.eval.passed),
         }
-        evals = (config.eval, result.eval, result.extra)
-        folder = ship(config.digest(), result.checkpoint, meta, evals=evals)
+        folder = ship(config.digest(), result.checkpoint, meta)
     print(f"shipped {folder} (eval pass@1 {result.eval.pass_at_1:.1%}); commit it")
 
 

@@ -4,12 +4,22 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
 from environments.base import Score, Split, Task
 from environments.episodes import EpisodeLimits
-from learner.eval_suite import EvalConfig, evaluate, pass_at_k, sample_trials, sampled_pass_at_k
+from learner.eval_suite import (
+    EvalConfig,
+    EvalResult,
+    evaluate,
+    load_evals,
+    pass_at_k,
+    sample_trials,
+    sampled_pass_at_k,
+    save_evals,
+)
 from policies.agent_sampling import SamplingParams
 from tests.environments.counter_world import CounterWorld, tiny_chat_lm
 
@@ -93,3 +103,19 @@ def test_pass_at_k_is_the_unbiased_estimator() -> None:
         limits=EpisodeLimits(max_turns=1),
     )
     assert rates == {1: 1.0, 4: 1.0}  # k above the samples is left out
+
+
+def test_kept_eval_results_come_back_only_for_the_same_settings(tmp_path: Path) -> None:
+    result = EvalResult(("a", "b"), np.asarray([True, False]), np.asarray([1.5, 0.2]),
+                        ("ok", "timeout"), np.asarray([5, 8]), np.asarray([5, 7]),
+                        ("strings", "lists"), (1, 2))  # fmt: skip
+    settings = EvalConfig(tasks=2, extra_tasks=0)
+    save_evals(tmp_path, settings, result, None)
+    kept = load_evals(tmp_path, settings)
+    assert kept is not None and kept[1] is None
+    back = kept[0]
+    assert back.task_ids == result.task_ids and back.clusters == result.clusters
+    assert back.passed.tolist() == [True, False] and back.rewards.tolist() == [1.5, 0.2]
+    assert back.level_pass_at_1() == {1: 1.0, 2: 0.0} and back.turns.tolist() == [5, 8]
+    assert load_evals(tmp_path, EvalConfig(tasks=3, extra_tasks=0)) is None  # other tasks
+    assert load_evals(tmp_path / "none", settings) is None

@@ -47,7 +47,7 @@ from learner.data.replay import StreamsConfig
 from learner.data.window_manifest import WindowRecord
 from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
+from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics, load_evals
 from learner.lifecycle import LearnerStats
 from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_rl.eval_check import EvalCheckConfig, eval_check
@@ -187,6 +187,11 @@ class AgentRLRecipe:
         directory = verify_artifact(pointer.artifact_uri, pointer.artifact_sha256)
         model, tokenizer = load_checkpoint(directory)
         production = _Production(pointer.version, model, tokenizer)
+        kept = load_evals(directory, self.config.eval)  # measured when it was published
+        if kept is not None and pointer.version not in self._evals:
+            self._evals[pointer.version] = kept[0]
+            if kept[1] is not None:
+                self._extra_evals[pointer.version] = kept[1]
         self._production_eval(production)
         return production
 
@@ -222,7 +227,9 @@ class AgentRLRecipe:
             started = time.monotonic()
             result = self._evaluate(candidate, production.tokenizer, self.eval_tasks)
             decision = eval_check(result, self._production_eval(production), c.release_check)
-            extra = self._extra_eval(version, candidate, production.tokenizer)
+            # Reported, never deciding: measured for the versions that go on to the canary.
+            extra = (self._extra_eval(version, candidate, production.tokenizer)
+                     if decision.passed else None)  # fmt: skip
             eval_s = time.monotonic() - started
             production_extra = self._extra_evals.get(production.version)
             metrics = {

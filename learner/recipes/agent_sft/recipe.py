@@ -33,10 +33,17 @@ from learner.engine.checkpoints import load_trained
 from learner.engine.loader import WindowStream
 from learner.engine.trainer import FitResult, StepReport, Trainer, TrainerConfig
 from learner.errors import LearnerError
-from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics
+from learner.eval_suite import (
+    EvalConfig,
+    EvalResult,
+    evaluate,
+    extra_metrics,
+    load_evals,
+    save_evals,
+)
 from learner.recipes import RecipeRun, overridden
 from learner.recipes.agent_sft.corpus import build_corpus
-from learner.recipes.agent_sft.shipped import corpus_fingerprint, find_shipped, shipped_evals
+from learner.recipes.agent_sft.shipped import corpus_fingerprint, find_shipped
 from model_registry.artifacts import publish_artifact
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import (
@@ -160,12 +167,13 @@ def run_sft(
         model, tokenizer, trained = _train(config, environment, tasks, run_dir, log)
         shutil.rmtree(checkpoint, ignore_errors=True)
         save_checkpoint(model, tokenizer, checkpoint)
-    evaluated = shipped_evals(shipped, config.eval) if shipped is not None else None
-    if evaluated is not None:  # the same weights on the same held-out tasks, measured at shipping
+    evaluated = load_evals(checkpoint, config.eval)  # a shipped warm-up's, measured at shipping
+    if evaluated is not None:
         result, extra = evaluated
-        log("eval results of the shipped warm-up (the same weights, tasks and eval settings)")
+        log("eval results kept with the checkpoint (the same weights, tasks and eval settings)")
     else:
         result, extra = _evaluate(config, environment, model, tokenizer)
+        save_evals(checkpoint, config.eval, result, extra)  # published with it
     levels = ", ".join(f"level {k} {v:.1%}" for k, v in result.level_pass_at_1().items())
     log(
         f"eval pass@1 {result.pass_at_1:.1%} on {len(result.passed)} held-out tasks ({levels})"

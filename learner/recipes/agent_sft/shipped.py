@@ -9,14 +9,14 @@ digest names the folder (model, corpus, training settings, seed), and the *corpu
 — a hash of the first expert episodes as the environment plays them now (its tasks, tools,
 observations, expert) — must equal the one it was trained on. A change to the generator, a tool's
 output or the expert changes the fingerprint, and the recipe trains again (and a test fails until
-``make agent-warm-up`` ships the new one). Its eval results (per task, greedy) are shipped with
-it and reused when the eval settings are the same: a demo's first minutes go to RL, not to
-evaluating the warm-up again.
+``make agent-warm-up`` ships the new one). Its eval results (per task, greedy:
+``learner.eval_suite.save_evals``) ship inside the checkpoint and travel with it into the
+registry, so neither the warm-up nor the RL learner evaluates the same weights again when its
+eval settings are the same.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -27,14 +27,12 @@ from typing import Any
 from environments.base import AnyEnvironment, Task
 from environments.episode_runner import expert_trace
 from environments.episodes import MultiTurnEnvironment
-from learner.eval_suite import EvalConfig, EvalResult
 from policies.agent_chat import render
 from policies.agent_lm import EOS, train_tokenizer
 
 SHIPPED_ROOT = Path(__file__).parent / "shipped"
 FINGERPRINT_EPISODES = 16
 META = "meta.json"
-EVALS = "eval.json"  # the eval suite's per-task results at shipping, and its settings
 
 
 @dataclass(frozen=True)
@@ -72,38 +70,12 @@ def find_shipped(digest: str, fingerprint: str, root: Path = SHIPPED_ROOT) -> Sh
     return ShippedWarmUp(folder / "hf", meta)
 
 
-def ship(
-    digest: str,
-    checkpoint: Path,
-    meta: dict[str, Any],
-    root: Path = SHIPPED_ROOT,
-    evals: tuple[EvalConfig, EvalResult, EvalResult | None] | None = None,
-) -> Path:
-    """Keep ``checkpoint`` as config ``digest``'s shipped warm-up (replacing older ones), with
-    its eval results under the settings that produced them."""
+def ship(digest: str, checkpoint: Path, meta: dict[str, Any], root: Path = SHIPPED_ROOT) -> Path:
+    """Keep ``checkpoint`` (with its eval results, ``learner.eval_suite.save_evals``) as config
+    ``digest``'s shipped warm-up, replacing older ones."""
     if root.exists():
         shutil.rmtree(root)
     folder = root / digest
     shutil.copytree(checkpoint, folder / "hf")
     (folder / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    if evals is not None:
-        settings, result, extra = evals
-        raw = {"settings": dataclasses.asdict(settings), "eval": result.to_dict(),
-               "extra": None if extra is None else extra.to_dict()}  # fmt: skip
-        (folder / EVALS).write_text(json.dumps(raw, separators=(",", ":")) + "\n")
     return folder
-
-
-def shipped_evals(
-    shipped: ShippedWarmUp, settings: EvalConfig
-) -> tuple[EvalResult, EvalResult | None] | None:
-    """The shipped warm-up's eval results when they were measured with ``settings`` (the same
-    held-out tasks, limits and decoding: greedy, so the same verdicts); else None."""
-    try:
-        raw = json.loads((shipped.checkpoint.parent / EVALS).read_text())
-        if raw["settings"] != dataclasses.asdict(settings):
-            return None
-        extra = None if raw["extra"] is None else EvalResult.from_dict(raw["extra"])
-        return EvalResult.from_dict(raw["eval"]), extra
-    except (OSError, ValueError, KeyError, TypeError):
-        return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from environments import ENVIRONMENTS
+from learner.eval_suite import load_evals
 from learner.recipes.agent_sft.recipe import AgentSFTConfig
 from learner.recipes.agent_sft.shipped import (
     META,
@@ -29,6 +30,8 @@ def test_the_default_configs_shipped_warm_up_matches_todays_corpus() -> None:
     )
     assert shipped.meta["digest"] == config.digest() and shipped.meta["train_tokens"] > 0
     assert (shipped.checkpoint / "model.safetensors").is_file()
+    kept = load_evals(shipped.checkpoint, config.eval)  # the demo's first minutes go to RL
+    assert kept is not None and kept[0].pass_at_1 == shipped.meta["eval_pass_at_1"]
     assert [p.name for p in SHIPPED_ROOT.iterdir()] == [config.digest()]  # only the current one
 
 
