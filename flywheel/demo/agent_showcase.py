@@ -23,8 +23,10 @@ from policies.agent_lm import load_checkpoint
 from policies.agent_sampling import SamplingParams
 from schemas.enums import ModelEventType
 
-TASKS = 32
+TASKS = 16
 SAMPLES = 8
+SHOWCASE_RESERVE_S = 90.0  # what it takes on 2 cores (two versions, 128 episodes each, and one
+# greedy batch): the demo's loop ends this much before its budget
 KS = (1, 8)
 EPISODE_CANDIDATES = 16  # held-out tasks tried for the worked episode (a solved one is shown)
 
