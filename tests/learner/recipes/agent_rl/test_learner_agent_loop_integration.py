@@ -210,7 +210,11 @@ def test_a_planted_bad_candidate_never_reaches_production(harness: Harness) -> N
     results = harness.learner().run(threading.Event(), max_versions=2)
     assert [(r.version, r.decision) for r in results] == [(2, ModelEventType.GATE_FAILED)]
     state = harness.registry.versions(MODEL)[2]
-    assert state.events[-1].metrics["eval_pass_lift"] < 0
+    metrics = state.events[-1].metrics
+    # Worse on the held-out tasks: by mean reward (pass@1 of a model this small on unseen
+    # programs is near 0 before and after, so it cannot show the harm)
+    assert metrics["eval_mean_reward"] < metrics["eval_production_mean_reward"]
+    assert metrics["eval_reward_lift_lower"] < 0
     production = harness.registry.channels(MODEL)[Channel.PRODUCTION]
     assert production.version == 1 and Channel.CANARY not in harness.registry.channels(MODEL)
     # nothing was trained twice: the window is recorded once, by the refused version
