@@ -214,6 +214,13 @@ class AgentCompletion(Event):
     latency_ms: int
     first_token_ms: int | None = None
     privacy_mode: bool
+    # v2: tool calls, and the prompt tokens generated in the session's earlier turns.
+    turn: int = 0
+    tool_call_ids: tuple[str, ...] = ()
+    tool_call_names: tuple[str, ...] = ()
+    tool_call_error: str | None = None
+    prompt_mask: tuple[int, ...] = ()
+    prompt_logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
