@@ -64,7 +64,15 @@ class SchemaRegistryService:
             return False
 
     def set_default_compatibility(self, level: str = DEFAULT_COMPATIBILITY) -> None:
-        response = httpx.put(
-            f"{ccompat_url(self.ports)}/config", json={"compatibility": level}, timeout=10.0
-        )
+        # The first write after start can take over 10 s on a loaded 2-core machine (the JVM
+        # still warming up, a learner beside it): wait longer, and try again once.
+        for attempt in range(2):
+            try:
+                response = httpx.put(
+                    f"{ccompat_url(self.ports)}/config", json={"compatibility": level}, timeout=30.0
+                )
+                break
+            except httpx.TimeoutException:
+                if attempt:
+                    raise
         response.raise_for_status()
