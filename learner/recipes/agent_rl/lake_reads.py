@@ -5,7 +5,10 @@ train it, and the tokens of those Rewards (``rollouts.results`` by rollout id,
 ``_offset`` of a Reward; ``token_partition``, ``token_offset`` of its tokens) for the dead
 letters of `learner.recipes.agent_rl.row_admission`. A column a lake file lacks (written before
 the schema had it) reads as null: a ``completion_mask`` missing (RolloutResult before v3, every
-``agent.completions`` file) or empty means every completion token was generated.
+``agent.completions`` file) or empty means every completion token was generated. A served
+completion whose prompt holds the model's own earlier turns of a multi-turn session
+(AgentCompletion v2's ``prompt_mask``) is read as one episode of the whole session
+(:func:`served_episode`), so the Reward of a session's last turn trains all of its turns.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ _REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_versi
                    "attributed_at", "_partition", "_offset"]  # fmt: skip
 _TOKEN_COLUMNS = ["prompt_token_ids", "completion_token_ids", "behaviour_logprobs", "temperature",
                   "top_p", "completion_mask"]  # fmt: skip
+_SESSION_COLUMNS = ("prompt_mask", "prompt_logprobs")  # AgentCompletion v2
 _IDS = pa.list_(pa.int64())
 TOKEN_SCHEMA = pa.schema([
     ("id", pa.string()), ("prompt_token_ids", _IDS), ("completion_token_ids", _IDS),
@@ -155,14 +159,62 @@ class AgentLakeReads:
 
 def _token_file(path: Path, source: RowSource, model_name: str) -> pa.Table:
     """One ``source.topic`` lake file's rows of ``model_name`` that carry tokens (the
-    simulator's statistical rollouts and privacy-mode completions have none)."""
-    columns = [source.id_column, "model_name", *_TOKEN_COLUMNS, "_partition", "_offset"]
+    simulator's statistical rollouts and privacy-mode completions have none). A served
+    completion whose prompt holds the session's earlier generated turns becomes one episode
+    (:func:`served_episode`)."""
+    served = source.topic == COMPLETIONS_TOPIC
+    extra = list(_SESSION_COLUMNS) if served else []
+    columns = [source.id_column, "model_name", *_TOKEN_COLUMNS, *extra, "_partition", "_offset"]
     part = _read_columns(path, columns)
     tokens = pc.fill_null(pc.list_value_length(part.column("completion_token_ids")), 0)
     keep = pc.and_(pc.equal(part.column("model_name"), model_name), pc.greater(tokens, 0))
     part = part.filter(keep).drop_columns(["model_name"])
+    if served:
+        part = _served_episodes(part)
     renamed = ["id", *_TOKEN_COLUMNS, "token_partition", "token_offset"]
     return part.rename_columns(renamed).cast(TOKEN_SCHEMA)
+
+
+def served_episode(
+    prompt: Sequence[int],
+    completion: Sequence[int],
+    logprobs: Sequence[float],
+    prompt_mask: Sequence[int] | None,
+    prompt_logprobs: Sequence[float] | None,
+) -> tuple[list[int], list[int], list[float], list[int]]:
+    """A served completion as an episode: (prompt, completion, behaviour log-probs, completion
+    mask). When the prompt holds tokens the model generated in the session's earlier turns
+    (``prompt_mask`` 1), the completion starts at the first of them: those turns are targets
+    again with their own log-probs, and what lies between them (tool observations, template
+    tokens) is context (mask 0), as in a rollout's episode. Otherwise the completion alone,
+    every token generated (an empty mask)."""
+    marks = list(prompt_mask or ())
+    if 1 not in marks or len(marks) != len(prompt) or len(prompt_logprobs or ()) != len(prompt):
+        return list(prompt), list(completion), list(logprobs), []
+    start = marks.index(1)
+    earlier = list(prompt_logprobs or ())[start:]
+    return (
+        list(prompt[:start]),
+        [*prompt[start:], *completion],
+        [lp if m else 0.0 for lp, m in zip(earlier, marks[start:], strict=True)] + list(logprobs),
+        [*marks[start:], *[1] * len(completion)],
+    )
+
+
+def _served_episodes(part: pa.Table) -> pa.Table:
+    """``part`` (token columns + the session columns) with each served session's completion
+    made an episode (:func:`served_episode`); the session columns dropped."""
+    columns = ["prompt_token_ids", "completion_token_ids", "behaviour_logprobs", "completion_mask"]
+    rows = zip(
+        *(part.column(c).to_pylist() for c in (*columns[:3], *_SESSION_COLUMNS)), strict=True
+    )
+    episodes = [
+        served_episode(p or [], c or [], lp or [], m, mlp) for p, c, lp, m, mlp in rows
+    ]  # fmt: skip
+    for i, name in enumerate(columns):
+        values = pa.array([e[i] for e in episodes], part.schema.field(name).type)
+        part = part.set_column(part.schema.get_field_index(name), name, values)
+    return part.drop_columns(list(_SESSION_COLUMNS))
 
 
 def _read_columns(path: Path, columns: Sequence[str]) -> pa.Table:
@@ -179,7 +231,8 @@ def _read_columns(path: Path, columns: Sequence[str]) -> pa.Table:
 _NULL_TYPES = {
     "prompt_token_ids": _IDS, "completion_token_ids": _IDS,
     "behaviour_logprobs": pa.list_(pa.float64()), "temperature": pa.float64(),
-    "top_p": pa.float64(), "completion_mask": _IDS, "_partition": pa.int32(), "_offset": pa.int64(),
+    "top_p": pa.float64(), "completion_mask": _IDS, "prompt_mask": _IDS,
+    "prompt_logprobs": pa.list_(pa.float64()), "_partition": pa.int32(), "_offset": pa.int64(),
     "advantage": pa.float64(), "reward": pa.float64(), "group_id": pa.string(),
 }  # fmt: skip
 

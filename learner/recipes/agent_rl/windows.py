@@ -15,7 +15,9 @@ model are training rows, in the mix ``served_weight`` sets:
   served completion has no group of siblings, so its baseline is the window's other served
   completions of the same model version: advantage (r - mean) / std over them, as a group's.
   Completions nobody reacted to carry no signal and stay out; served rows weigh
-  ``served_weight`` (0: sandbox trials only).
+  ``served_weight`` (0: sandbox trials only). The last turn of a multi-turn tool session
+  carries the session's earlier generated turns in its prompt (``prompt_mask``): it is read as
+  one episode of the whole session, its tool observations masked (``lake_reads.served_episode``).
 
 A multi-turn episode's completion holds its turns and the tool observations between them; only
 the tokens its ``completion_mask`` marks as generated are targets (observations are context).

@@ -17,6 +17,7 @@ import numpy as np
 from contracts.advantages import GROUP_REWARD_FN
 from contracts.lake_layout import file_path, hour_of_ms
 from learner.data.window_manifest import read_manifest
+from learner.recipes.agent_rl.lake_reads import served_episode
 from learner.recipes.agent_rl.row_admission import DEAD_LETTERS_NAME
 from learner.recipes.agent_rl.windows import (
     AgentLakeReads,
@@ -340,3 +341,39 @@ def test_an_episodes_tool_observations_are_context_not_targets(tmp_path: Path) -
     assert rows["target"][ep, :9].tolist() == [0, 0, 1, 1, 0, 0, 1, 1, 0]
     np.testing.assert_allclose(rows["behaviour"][ep, 2:8], [-0.5, -0.5, 0, 0, -0.5, -0.5])
     assert rows["target"][one, :6].tolist() == [0, 0, 1, 1, 1, 0]
+
+
+def test_a_served_sessions_last_turn_trains_the_whole_session(tmp_path: Path) -> None:
+    """A served session's last completion (v2: prompt_mask marks the tokens the model wrote in
+    its earlier turn) becomes one episode: both turns are targets with their own log-probs,
+    the tool observation between them is context; a v1 completion stays a plain row."""
+    lake, mds = tmp_path / "lake", tmp_path / "mds"
+    session = dataclasses.replace(
+        _served("r1:0"), prompt_token_ids=(5, 6, 30, 31, 2, 40, 41), completion_token_ids=(9, 2),
+        behaviour_logprobs=(-0.4, -0.1), turn=1, prompt_mask=(0, 0, 1, 1, 1, 0, 0),
+        prompt_logprobs=(0.0, 0.0, -0.7, -0.6, -0.5, 0.0, 0.0),
+    )  # fmt: skip
+    plain = _served("r2:0")
+    _write(lake, COMPLETIONS_TOPIC, [session, plain])
+    _write(lake, REWARDS_TOPIC, [_use_reward(session, AgentReaction.TESTS_PASSED),
+                                 _use_reward(plain, AgentReaction.REVERTED)])  # fmt: skip
+    config = TokenWindowConfig(seq_len=16, rows_per_sample=4, served_weight=1.0)
+    record = build_agent_window(lake, mds, "d", model_name="agent-lm", pad_id=PAD, config=config,
+                                now=T0)  # fmt: skip
+    assert record is not None and (record.rows, record.served_rows) == (2, 2)
+    assert record.trained_tokens == 5 + 2
+    rows = window_rows(mds / "d" / record.name)
+    ep = [int(n) for n in rows["lengths"]].index(9)
+    assert rows["input_ids"][ep, :9].tolist() == [5, 6, 30, 31, 2, 40, 41, 9, 2]
+    assert rows["target"][ep, :10].tolist() == [0, 0, 1, 1, 1, 0, 0, 1, 1, 0]
+    np.testing.assert_allclose(rows["behaviour"][ep, 2:9], [-0.7, -0.6, -0.5, 0, 0, -0.4, -0.1],
+                               rtol=1e-6)  # fmt: skip
+
+
+def test_served_episode_keeps_a_plain_completion_and_ignores_a_broken_mask() -> None:
+    assert served_episode([5, 6], [7, 2], [-0.3, -0.2], [], []) == ([5, 6], [7, 2], [-0.3, -0.2],
+                                                                    [])  # fmt: skip
+    assert served_episode([5, 6], [7, 2], [-0.3, -0.2], [1], [-1.0])[3] == []  # wrong length
+    assert served_episode([5, 6, 8], [7], [-0.3], [0, 1, 0], [0.0, -0.9, 0.0]) == (
+        [5], [6, 8, 7], [-0.9, 0.0, -0.3], [1, 0, 1],
+    )  # fmt: skip
