@@ -1,11 +1,15 @@
 """Simulated users of the agent model's OpenAI-compatible API (DESIGN §12, real-time RL).
 
-A user asks the served model to write the function of a training task (``POST /v1/completions``
-with the environment's prompt, sampled at the rollout workers' temperature, so the served tokens
-are on-policy), applies the completion and reacts to it as the **hidden quality model** says: the
-task's sandbox result, from hidden tests neither the user nor the model sees. The reactions go
-out as ``AgentFeedback`` events through the SDK, naming the completion; the joiner turns the
-completion and its reactions into an ``agent_use@1`` Reward. Reactions (:func:`react`):
+In a multi-turn environment (``repository``, the default) a user runs a **tool session** on
+their own copy of a training task (``simulator.agent_sessions``): the served model calls the
+tools through ``/v1/chat/completions``, the user executes them locally and sends the results
+back, until the model submits. In a single-turn one (``program-synthesis``) a user asks the
+served model to write the function of a training task (``POST /v1/completions``). Either way the
+requests are sampled at the rollout workers' temperature (the served tokens are on-policy), and
+the user reacts as the **hidden quality model** says: the sandbox result of hidden tests neither
+the user nor the model sees. The reactions go out as ``AgentFeedback`` events through the SDK,
+naming the completion (a session's last one); the joiner turns the completion and its reactions
+into an ``agent_use@1`` Reward. Reactions (:func:`react`):
 
     ignored (p_ignore)     none: the completion carries no signal
     every test passes      ACCEPTED, TESTS_PASSED, and EDIT_PERSISTED with p_persist
@@ -22,20 +26,23 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
-from environments.base import Environment, Score, Task, training_tasks
+from environments import ENVIRONMENTS, REPOSITORY
+from environments.base import Score, Task, training_tasks
+from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from schemas.enums import AgentReaction
 from schemas.events import AgentFeedback
+from simulator.agent_sessions import CONTEXT_FULL, run_session
 from simulator.errors import SimulatorError
 
 _RETRY_STATUSES = (429, 503)  # back-pressure and "no version yet": wait, then try again
+COMPLETIONS_PATH, CHAT_PATH = "/v1/completions", "/v1/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -43,13 +50,14 @@ class AgentUsersConfig:
     """How the simulated agent users behave."""
 
     model: str = "agent-lm"
-    environment: str = PROGRAM_SYNTHESIS
+    environment: str = REPOSITORY
     users: int = 16
-    rate_per_s: float = 2.0  # requests per second, all users together
-    concurrency: int = 4  # requests in flight (the server batches them)
-    requests_per_session: int = 5
+    rate_per_s: float = 2.0  # requests (multi-turn: sessions) per second, all users together
+    concurrency: int = 4  # requests (sessions) in flight (the server batches them)
+    requests_per_session: int = 5  # single-turn: one session holds this many requests
     temperature: float = 1.0
-    max_tokens: int = 24
+    max_tokens: int = 24  # per completion (per turn)
+    limits: EpisodeLimits = field(default_factory=EpisodeLimits)  # multi-turn episodes
     p_ignore: float = 0.1
     p_persist: float = 0.8
     p_followup: float = 0.5
@@ -84,6 +92,8 @@ class AgentUserStats:
     """What the users saw: requests answered, errors by status, completions by version."""
 
     requests: int = 0
+    sessions: int = 0  # multi-turn sessions finished
+    turns: int = 0  # their completions (also in requests)
     retried: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     feedback: int = 0
@@ -95,9 +105,15 @@ class AgentUserStats:
         )
         # Errors by kind, so that a line says why (e.g. ConnectError while the server starts).
         errors = ", ".join(f"{kind} {n}" for kind, n in self.errors.most_common()) or "none"
+        sessions = (
+            f"{self.sessions:,} sessions ({self.turns / self.sessions:.1f} turns each), "
+            if self.sessions
+            else ""
+        )
         return (
-            f"{self.requests:,} completions, {self.feedback:,} reactions, {self.retried} retried, "
-            f"errors: {errors}; tests passed by version: {versions or 'none yet'}"
+            f"{sessions}{self.requests:,} completions, {self.feedback:,} reactions, "
+            f"{self.retried} retried, errors: {errors}; tests passed by version: "
+            f"{versions or 'none yet'}"
         )
 
 
@@ -117,7 +133,7 @@ class AgentUsers:
         self.config, self.send, self.name = config, send, name
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = client or httpx.Client(base_url=base_url, headers=headers, timeout=120.0)
-        self._environment: Environment = ENVIRONMENTS.get(config.environment)
+        self._environment = ENVIRONMENTS.get_any(config.environment)
         self._tasks: Iterator[Task] = training_tasks(ENVIRONMENTS, config.environment, config.seed)
         self._rng = random.Random(config.seed)
         self._lock = threading.Lock()
@@ -166,47 +182,64 @@ class AgentUsers:
             rng = random.Random(self._rng.getrandbits(64))
         if wait > 0 and stop.wait(wait):
             return None
-        session = (
-            f"{self.name}-u{user}-s{n // (self.config.users * self.config.requests_per_session)}"
-        )
+        if isinstance(self._environment, MultiTurnEnvironment):
+            session = f"{self.name}-u{user}-s{n}"  # a tool session per slot
+        else:
+            per_session = self.config.users * self.config.requests_per_session
+            session = f"{self.name}-u{user}-s{n // per_session}"
         return f"{self.name}-u{user}", session, task, rng
 
     def _one(
         self, user: str, session: str, task: Task, rng: random.Random, stop: threading.Event
     ) -> None:
         c = self.config
-        body = {
-            "model": c.model, "prompt": self._environment.reset(task), "max_tokens": c.max_tokens,
-            "temperature": c.temperature, "user": user, "session_id": session,
-        }  # fmt: skip
-        answer = self._post(body, stop)
-        if answer is None:
-            return
-        text = answer["choices"][0]["text"]
-        served = answer.get("flywheel", {})
-        score = self._environment.score(task, text)
+        request = {"model": c.model, "max_tokens": c.max_tokens, "temperature": c.temperature,
+                   "user": user, "session_id": session}  # fmt: skip
+        environment = self._environment
+        if isinstance(environment, MultiTurnEnvironment):
+            result = run_session(lambda body: self._post(CHAT_PATH, body, stop), environment,
+                                 task, request, c.limits)  # fmt: skip
+            if result.last_completion_id is None:
+                return  # nothing was served: no completion to react to
+            score, completion_id, version = result.score, result.last_completion_id, result.version
+            served_turns = result.turns
+        else:
+            body = {**request, "prompt": environment.reset(task)}
+            answer = self._post(COMPLETIONS_PATH, body, stop)
+            if answer is None or answer is CONTEXT_FULL:
+                return
+            served = answer.get("flywheel", {})
+            score = environment.score(task, answer["choices"][0]["text"])
+            completion_id = served.get("completion_ids", [f"{answer['id']}:0"])[0]
+            version, served_turns = int(served.get("version", 0)), 0
         reactions = react(score, rng, c)
-        completion_id = served.get("completion_ids", [f"{answer['id']}:0"])[0]
+        share = score.tests_passed / score.tests_total if score.tests_total else 0.0
         for reaction in reactions:
+            tests = reaction in (AgentReaction.TESTS_PASSED, AgentReaction.TESTS_FAILED)
             self.send(
                 AgentFeedback(
                     producer=f"sim/{self.name}", event_time=datetime.now(UTC),
                     completion_id=completion_id, session_id=session, user_id=user,
-                    reaction=reaction,
+                    reaction=reaction, value=share if tests else None,
                 )
             )  # fmt: skip
         with self._lock:
-            self.stats.requests += 1
+            self.stats.requests += max(served_turns, 1)
+            self.stats.sessions += int(served_turns > 0)
+            self.stats.turns += served_turns
             self.stats.feedback += len(reactions)
-            tally = self.stats.by_version.setdefault(int(served.get("version", 0)), [0, 0])
+            tally = self.stats.by_version.setdefault(version, [0, 0])
             tally[0] += 1
             tally[1] += int(score.passed)
 
-    def _post(self, body: dict[str, Any], stop: threading.Event) -> dict[str, Any] | None:
-        """The answer's JSON; None after an error (counted) or when stopped while waiting."""
+    def _post(
+        self, path: str, body: dict[str, Any], stop: threading.Event
+    ) -> Mapping[str, Any] | None:
+        """The answer's JSON; CONTEXT_FULL when the conversation no longer fits the model;
+        None after another error (counted) or when stopped while waiting."""
         while not stop.is_set():
             try:
-                response = self._http.post("/v1/completions", json=body)
+                response = self._http.post(path, json=body)
             except httpx.HTTPError as exc:
                 self._error(type(exc).__name__)
                 stop.wait(1.0)
@@ -216,6 +249,8 @@ class AgentUsers:
                     self.stats.retried += 1
                 stop.wait(float(response.headers.get("Retry-After", "1")))
                 continue
+            if response.status_code == 400 and _code(response) == "context_length_exceeded":
+                return CONTEXT_FULL
             if response.status_code != 200:
                 self._error(str(response.status_code))
                 return None
@@ -226,3 +261,12 @@ class AgentUsers:
     def _error(self, kind: str) -> None:
         with self._lock:
             self.stats.errors[kind] += 1
+
+
+def _code(response: httpx.Response) -> str | None:
+    """The OpenAI error code of an error response, if it has one."""
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        return None
+    return error.get("code") if isinstance(error, dict) else None

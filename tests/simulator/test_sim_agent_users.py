@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from environments import PROGRAM_SYNTHESIS
 from environments.base import Score
 from fleet.agent_app import create_agent_app
 from fleet.agent_engine import Engine
@@ -85,7 +86,8 @@ def test_users_call_the_api_and_react_to_each_completion(
     client, events, secret = api
     client.headers["Authorization"] = f"Bearer {secret}"
     sent: list[AgentFeedback] = []
-    config = AgentUsersConfig(users=3, rate_per_s=100, concurrency=2, max_tokens=6, p_ignore=0)
+    config = AgentUsersConfig(environment=PROGRAM_SYNTHESIS, users=3, rate_per_s=100,
+                              concurrency=2, max_tokens=6, p_ignore=0)  # fmt: skip
     users = AgentUsers(config, "unused", sent.append, client=client)
     stats = users.run(threading.Event(), max_requests=6)
     assert (stats.requests, sum(stats.errors.values())) == (6, 0)
@@ -103,7 +105,8 @@ def test_a_rejected_request_is_counted_and_the_users_go_on(
 ) -> None:
     client, _, _ = api
     client.headers["Authorization"] = "Bearer wrong"
-    users = AgentUsers(AgentUsersConfig(rate_per_s=100), "unused", lambda _: None, client=client)
+    config = AgentUsersConfig(environment=PROGRAM_SYNTHESIS, rate_per_s=100)
+    users = AgentUsers(config, "unused", lambda _: None, client=client)
     stats = users.run(threading.Event(), max_requests=2)
     assert stats.requests == 0 and stats.errors == {"401": 2}
 
@@ -113,8 +116,8 @@ def test_a_server_without_a_model_yet_is_waited_for(tmp_path: Path) -> None:
     app = create_agent_app(Replica(None), engine, lambda _: None, keys=None, producer="serve/t")
     stop = threading.Event()
     with TestClient(app) as client:
-        users = AgentUsers(AgentUsersConfig(rate_per_s=100), "unused", lambda _: None,
-                           client=client)  # fmt: skip
+        config = AgentUsersConfig(environment=PROGRAM_SYNTHESIS, rate_per_s=100)
+        users = AgentUsers(config, "unused", lambda _: None, client=client)
         threading.Timer(1.5, stop.set).start()
         stats = users.run(stop, max_requests=1)
     assert stats.requests == 0 and stats.retried >= 1 and not stats.errors  # 503: waits
