@@ -5,9 +5,10 @@ result rows.
                                         config is reused, so only the first demo pays for it)
     flywheel rollouts --from-pool …     groups of trials with production (and the canary): in the
                                         repository environment, episodes of tool calls
-    flywheel serve --kind agent         (program synthesis) the OpenAI API: every completion an
+    flywheel serve --kind agent         the OpenAI API (tools): every completion an
                                         AgentCompletion
-    flywheel agent-users                (program synthesis) simulated users calling it, reacting
+    flywheel agent-users                simulated users: repository tool sessions through the
+                                        API (program synthesis: single completions), reacting
     flywheel learn --recipe agent       windows → GRPO → eval-suite check → canary → promote
 
 The joiner turns complete groups into grpo@1 Rewards and served completions + reactions into
@@ -41,7 +42,9 @@ from schemas.enums import ModelEventType
 from streams.topics import REWARDS_TOPIC
 
 LEVEL_METRIC = "eval_pass_at_1_level"  # learner.eval_suite.EvalResult.level_metrics
-USERS_RATE_PER_S = 1.0  # agent users' requests: a share of the CPU the rollout workers also need
+# Agent users' requests (repository: tool sessions of up to 8 turns) per second: a share of the
+# CPU the rollout workers also need.
+USERS_RATE_PER_S = {"repository": 0.1, "program-synthesis": 1.0}
 # The rollout worker, the serving replica and the learner run torch side by side; each with a
 # thread per core oversubscribes the cores, and OpenMP threads waiting on each other then
 # spin: on 2 cores a 1,000-task eval beside a busy generator took 8x as long with 2 threads
@@ -56,10 +59,8 @@ def torch_threads_env(cpus: int | None = None) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads)}
 
 
-# Per environment: the recipes' configs and the rollout worker's per-turn limits. Served
-# completions (the OpenAI API and its simulated users) are single-turn program synthesis until
-# served sessions take tools (issue 36); with the repository environment the agent loop is
-# rollout workers and the learner.
+# Per environment: the recipes' configs and the rollout worker's per-turn limits (the agent
+# users' sessions ask for the same sampling, so their served tokens are on-policy).
 _SFT_CONFIG = {REPOSITORY: DEFAULT_SFT_CONFIG, PROGRAM_SYNTHESIS: PROGRAM_SYNTHESIS_SFT_CONFIG}
 _RL_CONFIG = {REPOSITORY: DEFAULT_AGENT_CONFIG, PROGRAM_SYNTHESIS: PROGRAM_SYNTHESIS_AGENT_CONFIG}
 AGENT_ENVIRONMENTS = tuple(_SFT_CONFIG)
@@ -72,13 +73,15 @@ TRIAL_SAMPLING = {
 EPISODE_LIMITS = EpisodeLimits(max_turns=8, max_tokens=512)
 
 
-def _trial_options(environment: str) -> list[str]:
+def _trial_options(environment: str, *, context: bool = True) -> list[str]:
+    """The rollout worker's (and, without ``context``, the agent users') sampling options."""
     sampling = TRIAL_SAMPLING[environment]
     options = ["--temperature", str(sampling.temperature),
                "--max-tokens", str(sampling.max_new_tokens)]  # fmt: skip
     if environment == REPOSITORY:
-        options += ["--max-context", str(EPISODE_LIMITS.max_tokens),
-                    "--max-turns", str(EPISODE_LIMITS.max_turns)]  # fmt: skip
+        options += ["--max-turns", str(EPISODE_LIMITS.max_turns)]
+        if context:  # the API checks the users' context against the model's positions
+            options += ["--max-context", str(EPISODE_LIMITS.max_tokens)]
     return options
 
 
@@ -91,8 +94,8 @@ def warm_up_spec(model_name: str, environment: str = REPOSITORY) -> WorkerSpec:
 def agent_specs(
     model_name: str, versions: int, run_id: str, port: int, environment: str = REPOSITORY
 ) -> list[WorkerSpec]:
-    """The rollout worker, the RL learner and — for program synthesis — a serving replica and
-    its users, started once the warm-up has registered v1."""
+    """The rollout worker, the RL learner, a serving replica and its simulated users, started
+    once the warm-up has registered v1."""
     # The joiner's group size, so that groups complete on their last trial (not by timeout).
     rollouts = [
         "rollouts", "--model", model_name, "--from-pool", environment,
@@ -102,25 +105,27 @@ def agent_specs(
     learn = ["learn", "--recipe", "agent", "--model", model_name, "--max-versions",
              str(versions), "--config", str(_RL_CONFIG[environment])]  # fmt: skip
     threads = torch_threads_env()
-    specs = [
+    serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port),
+             "--no-auth", "--replica-id", f"demo-{run_id}-agent",
+             "--status-every", "15s"]  # fmt: skip
+    users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
+             "--env", environment, "--rate", str(USERS_RATE_PER_S[environment]),
+             "--name", f"demo-{run_id}-users",
+             *_trial_options(environment, context=False)]  # fmt: skip
+    return [
         WorkerSpec("rollouts", rollouts, env=threads),
         WorkerSpec("agent-learner", learn, finishes=True, env=threads),
+        WorkerSpec("agent-serve", serve, env=threads),
+        WorkerSpec("agent-users", users),
     ]
-    if environment == PROGRAM_SYNTHESIS:
-        serve = ["serve", "--kind", "agent", "--model", model_name, "--port", str(port),
-                 "--no-auth", "--replica-id", f"demo-{run_id}-agent",
-                 "--status-every", "15s"]  # fmt: skip
-        users = ["agent-users", "--url", f"http://127.0.0.1:{port}", "--model", model_name,
-                 "--rate", str(USERS_RATE_PER_S), "--name", f"demo-{run_id}-users"]  # fmt: skip
-        specs += [WorkerSpec("agent-serve", serve, env=threads), WorkerSpec("agent-users", users)]
-    return specs
 
 
 def online_rewards(
     lake: Path, model_name: str, source: RowSource = TRIALS
 ) -> dict[int, tuple[float, int]]:
-    """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` (sandbox trials,
-    or completions served to users) in the lake."""
+    """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` in the lake:
+    sandbox trials, or the served completions users reacted to (a tool session's last turn:
+    its earlier turns carry no reaction of their own)."""
     files = sorted(str(p) for p in (lake / REWARDS_TOPIC).rglob("*.parquet"))
     if not files:
         return {}
@@ -128,9 +133,10 @@ def online_rewards(
         rows = con.execute(
             "select model_version, avg(reward), count(*) from read_parquet($files, "
             "union_by_name = true) where model_name = $model and reward_fn = $fn "
-            "and source = $source group by model_version",
+            "and source = $source and (not $served or cardinality(reward_components) > 0) "
+            "group by model_version",
             {"files": files, "model": model_name, "fn": source.reward_fn,
-             "source": source.reward_source},
+             "source": source.reward_source, "served": source.reward_source == "COMPLETION"},
         ).fetchall()  # fmt: skip
     return {int(v): (float(mean), int(n)) for v, mean, n in rows}
 

@@ -66,7 +66,8 @@ class AgentVersionResult:
     reason: str | None
     decided_at_s: float | None
     # Real-time RL: rows of its training windows that were completions served to the agent users
-    # (of train_rows), and the mean agent_use@1 reward of the completions this version served.
+    # (of train_rows), and the mean agent_use@1 reward of the completions this version served
+    # that users reacted to (repository: one per tool session, its last turn), and their count.
     train_rows: int = 0
     served_rows: int = 0
     served_reward: float | None = None

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
+from contracts.advantages import USE_REWARD_FN
 from environments import PROGRAM_SYNTHESIS, REPOSITORY
-from flywheel.demo.agent import agent_specs, agent_version_results, torch_threads_env, warm_up_spec
+from flywheel.demo.agent import (
+    agent_specs,
+    agent_version_results,
+    online_rewards,
+    torch_threads_env,
+    warm_up_spec,
+)
 from flywheel.demo.loop import DemoOptions, _agent_line
 from learner.continuous import WINDOW_LAST_EVENT_METRIC
+from learner.recipes.agent_rl.windows import SERVED
 from model_registry.registry import NO_WINDOW, fold_versions
-from schemas.enums import ModelEventType
-from schemas.events import ModelVersionEvent
+from schemas.enums import ModelEventType, RewardSource
+from schemas.events import ModelVersionEvent, Reward
+from streams.topics import REWARDS_TOPIC
+from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
 
 T0 = datetime(2026, 12, 3, 12, tzinfo=UTC)
 
@@ -76,7 +87,10 @@ def test_only_the_torch_workers_get_a_thread_share() -> None:
 
 def test_each_environment_runs_its_recipes_and_trials() -> None:
     repository = {s.name: s.args for s in agent_specs("agent-lm", 4, "r", 8080, REPOSITORY)}
-    assert set(repository) == {"rollouts", "agent-learner"}  # served sessions: a later issue
+    assert set(repository) == {"rollouts", "agent-learner", "agent-serve", "agent-users"}
+    users = repository["agent-users"]  # tool sessions, sampled as the trials are (on-policy)
+    assert users[users.index("--env") + 1] == REPOSITORY
+    assert users[users.index("--temperature") + 1] == "0.6" and "--max-turns" in users
     rollouts = repository["rollouts"]
     assert rollouts[rollouts.index("--from-pool") + 1] == REPOSITORY
     assert rollouts[rollouts.index("--max-context") + 1] == "512"
@@ -88,3 +102,26 @@ def test_each_environment_runs_its_recipes_and_trials() -> None:
     assert "--max-context" not in synthesis["rollouts"]
     sft = warm_up_spec("agent-lm", PROGRAM_SYNTHESIS).args
     assert sft[sft.index("--config") + 1].endswith("sft-program-synthesis.yaml")
+
+
+def _served_reward(completion_id: str, version: int, value: float, reacted: bool) -> Reward:
+    return Reward(
+        producer="joiner/t", event_time=T0, reward_id=f"r-{completion_id}",
+        source=RewardSource.COMPLETION, source_id=completion_id, session_id="s",
+        model_name="agent", model_version=version, reward=value,
+        reward_components={"accepted": value} if reacted else {}, reward_fn=USE_REWARD_FN,
+        attributed_at=T0,
+    )  # fmt: skip
+
+
+def test_served_rewards_count_what_users_reacted_to(tmp_path: Path) -> None:
+    """A tool session's earlier turns get Rewards without reactions (0): the served reward per
+    version is over the reacted ones, one per session."""
+    rewards = [
+        _served_reward("a:0", 2, 0.0, False),
+        _served_reward("b:0", 2, 1.0, True),
+        _served_reward("c:0", 2, -0.5, True),
+        _served_reward("d:0", 3, 0.5, True),
+    ]
+    write_lake_file(tmp_path, REWARDS_TOPIC, rewards, T0)
+    assert online_rewards(tmp_path, "agent", SERVED) == {2: (0.25, 2), 3: (0.5, 1)}
