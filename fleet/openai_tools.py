@@ -140,23 +140,12 @@ def message_tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
     calls = []
     for j, call in enumerate(value):
         at = f"{where}.tool_calls[{j}]"
-        function = call.get("function") if isinstance(call, dict) else None
-        ok = (
-            isinstance(call, dict)
-            and call.get("type", "function") == "function"
-            and isinstance(call.get("id"), str)
-            and call["id"]
-            and isinstance(function, dict)
-            and isinstance(function.get("name"), str)
-            and function["name"]
-            and isinstance(function.get("arguments", "{}"), str)
-        )
-        if not ok:
+        function = _call_function(call)
+        if function is None:
             raise ToolRequestError(
                 f'{at} must be {{"id", "type": "function", "function": {{"name", "arguments"}}}}',
                 at,
             )
-        assert isinstance(function, dict)  # for mypy: ok checked it
         arguments = function.get("arguments", "{}")
         try:
             decoded = json.loads(arguments) if arguments.strip() else {}
@@ -167,6 +156,17 @@ def message_tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
         calls.append({"id": call["id"], "type": "function",
                       "function": {"name": function["name"], "arguments": arguments}})  # fmt: skip
     return calls
+
+
+def _call_function(call: Any) -> dict[str, Any] | None:
+    """The ``function`` of a well-shaped call (an id, a name, string arguments), else None."""
+    if not isinstance(call, dict) or call.get("type", "function") != "function":
+        return None
+    function = call.get("function")
+    if not isinstance(call.get("id"), str) or not call["id"] or not isinstance(function, dict):
+        return None
+    name, arguments = function.get("name"), function.get("arguments", "{}")
+    return function if isinstance(name, str) and name and isinstance(arguments, str) else None
 
 
 def check_tool_call_ids(messages: Sequence[Mapping[str, Any]]) -> None:
