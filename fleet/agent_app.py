@@ -6,7 +6,11 @@ Routes:
   (``fleet.openai_api``), plain JSON or server-sent events (``"stream": true``). Each request is
   routed by its ``user`` (else its session) with the replica's stable canary split, tokenized,
   checked against the version's context length, and queued in the batching
-  :class:`fleet.agent_engine.Engine`; a full queue answers 429 with Retry-After.
+  :class:`fleet.agent_engine.Engine`; a full queue answers 429 with Retry-After. Chat requests
+  may carry OpenAI's ``tools`` (``fleet.openai_tools``): a choice that writes a call returns
+  ``tool_calls``. With our chat template (``policies.agent_chat``) the prompt is tokenized piece
+  by piece as episodes are, and the model's own earlier tool-call turns of the session are put
+  back as the ids it wrote (``fleet.served_turns``), so a served session is an episode.
 * ``GET /v1/models`` and ``GET /v1/models/{model}`` — the served model, with Flywheel's
   snapshot (production and canary versions) under ``flywheel``.
 * ``GET /healthz`` (503 until the channels are read to their end) and ``GET /metrics``.
@@ -14,9 +18,10 @@ Routes:
 Every finished choice — also one whose client disconnected mid-stream — becomes one
 ``AgentCompletion`` event, emitted from the engine thread when the request's generation ends
 (``emit``; the command passes the SDK client's, which spools what the broker does not take),
-so no completion is lost or emitted twice, whatever the HTTP side does. Requests need an API key
-of the gateway's key store (``Authorization: Bearer``, which OpenAI clients send as
-``api_key``) unless the app is made without one.
+so no completion is lost or emitted twice, whatever the HTTP side does; its ``prompt_mask``
+marks the prompt tokens this version generated in the session's earlier turns. Requests need
+an API key of the gateway's key store (``Authorization: Bearer``, which OpenAI clients send
+as ``api_key``) unless the app is made without one.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -36,9 +44,12 @@ from starlette.routing import Route
 
 from fleet import openai_api as api
 from fleet.agent_engine import Choice, Engine, Job, Overloaded
+from fleet.openai_tools import CallHoldBack, Reply, new_call_id, read_reply, tool_names
+from fleet.served_turns import ChatPrompt, Sampler, ServedTurn, ServedTurns, chat_prompt
 from fleet.serving_app import ServingMetrics, ServingReplica, snapshot_json
 from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
 from ground.errors import FlywheelError
+from policies.agent_chat import CHAT_TEMPLATE
 from schemas.events import AgentCompletion
 from streams.gateway.errors import KeyStoreError
 from streams.gateway.keys import ApiKeyStore, presented_key
@@ -52,6 +63,42 @@ METRICS_PATH = "/metrics"
 ROUTES = (COMPLETIONS_PATH, CHAT_PATH, MODELS_PATH, HEALTH_PATH, METRICS_PATH)
 Emit = Callable[[AgentCompletion], None]
 _DONE = object()  # the stream's end marker, queued after a request's last text
+
+
+@dataclass
+class _Call:
+    """One accepted request on its way: the job, what answers it, and its chat context (the
+    tool_choice prefill, the prompt's mask of earlier generated tokens, the call id each choice
+    returns a call under)."""
+
+    parsed: api.ApiRequest
+    job: Job
+    served: api.Served
+    sampler: Sampler
+    prompt: ChatPrompt
+    call_ids: list[str]
+    key_name: str = "anonymous"
+    arrived: float = 0.0
+    _replies: list[Reply] | None = field(default=None, repr=False)
+
+    def replies(self, choices: list[Choice]) -> list[Reply]:
+        """Each choice as the API returns it (the same for the response, the stream and the
+        event: read once)."""
+        if self._replies is None:
+            prefill = self.parsed.tool_choice.prefill()
+            names = tool_names(self.parsed.tools)
+            self._replies = [
+                read_reply(
+                    c.text,
+                    api.finish_reason(c),
+                    prefill=prefill,
+                    choice=self.parsed.tool_choice,
+                    names=names,
+                    call_id=self.call_ids[c.index],
+                )
+                for c in choices
+            ]
+        return self._replies
 
 
 class AgentApi:
@@ -68,10 +115,22 @@ class AgentApi:
         ready: Callable[[], bool],
         max_body_bytes: int,
         max_n: int,
+        served_turns: ServedTurns,
     ) -> None:
         self.replica = replica
         self.engine = engine
+        self.served_turns = served_turns
         self.metrics = ServingMetrics(replica, ROUTES)
+        self.tool_calls = Counter(
+            "flywheel_agent_tool_calls", "Tool calls returned (finish_reason tool_calls).",
+            ["model", "version"], registry=self.metrics.registry,
+        )  # fmt: skip
+        self.malformed_tool_calls = Counter(
+            "flywheel_agent_malformed_tool_calls",
+            "Choices where the model wrote <tool_call> but no readable call of a given tool "
+            "(returned as text).",
+            ["model", "version"], registry=self.metrics.registry,
+        )  # fmt: skip
         self._emit = emit
         self._keys = keys
         self._producer = producer
@@ -121,14 +180,18 @@ class AgentApi:
         try:
             key_name = self._authenticate(request)
             parsed = api.parse_request(await self._body(request), endpoint, max_n=self._max_n)
-            job, served = self._job(parsed)
+            call = self._call(parsed)
+            call.key_name, call.arrived = key_name, arrived
+            job = call.job
+            # First: a choice's tool-call turn is known before its client can send the next.
+            job.future.add_done_callback(lambda _: self._remember(call))
             queue = self._connect_stream(job) if parsed.stream else None
-            self._submit(job, served, parsed, key_name, arrived)
+            self._submit(call)
         except api.ApiError as exc:
             return _error(exc)
         if queue is not None:
             return StreamingResponse(
-                self._stream(job, served, parsed, queue),
+                self._stream(call, queue),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -139,7 +202,7 @@ class AgentApi:
         finally:
             job.cancel()  # a no-op once done; stops generating for a client that gave up
         usage = api.usage(len(job.prompt_ids), job.cached_tokens, choices)
-        return JSONResponse(api.response_body(served, endpoint, choices, usage))
+        return JSONResponse(api.response_body(call.served, endpoint, call.replies(choices), usage))
 
     def _authenticate(self, request: Request) -> str:
         """The key's name (``anonymous`` without a key store); ApiError 401/403/503."""
@@ -175,7 +238,7 @@ class AgentApi:
             raise api.ApiError(413, str(exc), code="request_too_large") from None
         return api.decode_body(raw)
 
-    def _job(self, parsed: api.ApiRequest) -> tuple[Job, api.Served]:
+    def _call(self, parsed: api.ApiRequest) -> _Call:
         if parsed.model != self.replica.model_name:
             raise _unknown_model(parsed.model, self.replica.model_name)
         response_id = f"cmpl-{uuid.uuid4().hex}"
@@ -190,10 +253,12 @@ class AgentApi:
                 retry_after_s=5,
             )
         policy = routed.model
-        prompt_ids = _prompt_ids(parsed, policy.tokenizer)
-        _check_context(prompt_ids, parsed, policy.model)
+        s = parsed.sampling
+        sampler = Sampler(policy.model, routed.version, s.temperature, s.top_p)
+        prompt = self._prompt(parsed, policy.tokenizer, sampler)
+        _check_context(prompt.ids, parsed, policy.model)
         speculative = parsed.prediction is not None
-        job = Job(policy.model, policy.tokenizer, prompt_ids, parsed.sampling,
+        job = Job(policy.model, policy.tokenizer, prompt.ids, parsed.sampling,
                   speculative=speculative)  # fmt: skip
         served = api.Served(
             response_id,
@@ -202,19 +267,29 @@ class AgentApi:
             routed.channel.value.lower(),
             api.new_created(),
         )
-        return job, served
+        call_ids = [new_call_id() for _ in range(s.n)]
+        return _Call(parsed, job, served, sampler, prompt, call_ids)
 
-    def _submit(
-        self,
-        job: Job,
-        served: api.Served,
-        parsed: api.ApiRequest,
-        key_name: str,
-        arrived: float,
-    ) -> None:
-        job.future.add_done_callback(lambda _: self._record(job, served, parsed, key_name, arrived))
+    def _prompt(self, parsed: api.ApiRequest, tokenizer: Any, sampler: Sampler) -> ChatPrompt:
+        """The prompt's ids: a chat in our template piece by piece (earlier turns of this
+        model as it wrote them), anything else tokenized whole (mask all 0)."""
+        if parsed.endpoint == "chat.completions" and _our_template(tokenizer):
+            tools = parsed.tools if parsed.tool_choice.mode != "none" else ()
+            messages = [_as_ours(m) for m in parsed.messages]
+            prefill = parsed.tool_choice.prefill()
+            prompt = chat_prompt(tokenizer, messages, tools, prefill, self.served_turns, sampler)
+        else:
+            ids = _prompt_ids(parsed, tokenizer)
+            prompt = ChatPrompt(ids, (0,) * len(ids), (0.0,) * len(ids), ())
+        if not prompt.ids:
+            param = "prompt" if parsed.endpoint == "completions" else "messages"
+            raise api.ApiError(400, "the prompt is empty; send some text", param=param)
+        return prompt
+
+    def _submit(self, call: _Call) -> None:
+        call.job.future.add_done_callback(lambda _: self._record(call))
         try:
-            self.engine.submit(job)
+            self.engine.submit(call.job)
         except Overloaded as exc:
             raise api.ApiError(
                 429,
@@ -238,29 +313,43 @@ class AgentApi:
         return queue
 
     @staticmethod
-    async def _stream(
-        job: Job, served: api.Served, parsed: api.ApiRequest, queue: asyncio.Queue[Any]
-    ) -> AsyncIterator[bytes]:
-        """Server-sent chunks as the engine hands over text, each choice's finish reason, the
-        usage when asked for, then ``[DONE]``. A disconnect cancels the generator, and the
-        job with it (its completion is still recorded, ``finish_reason`` cancelled)."""
+    async def _stream(call: _Call, queue: asyncio.Queue[Any]) -> AsyncIterator[bytes]:
+        """Server-sent chunks as the engine hands over text (what may be a tool call held back,
+        ``CallHoldBack``), each choice's end — the rest of its content or its call, and its
+        finish reason —, the usage when asked for, then ``[DONE]``. A disconnect cancels the
+        generator, and the job with it (its completion is still recorded, ``finish_reason``
+        cancelled)."""
+        job, served, parsed = call.job, call.served, call.parsed
         endpoint = parsed.endpoint
+        active = parsed.tool_choice.mode != "none" and bool(parsed.tools)
+        gates = [CallHoldBack(active, parsed.tool_choice.prefill()) for _ in job.choices]
         started: set[int] = set()
         try:
             while (item := await queue.get()) is not _DONE:
                 index, text = item
-                yield api.sse(api.chunk(served, endpoint, index, text, first=index not in started))
-                started.add(index)
+                if out := gates[index].feed(text):
+                    first = index not in started
+                    yield api.sse(api.chunk(served, endpoint, index, out, first=first))
+                    started.add(index)
             try:
                 choices = job.future.result()
             except FlywheelError as exc:
                 yield api.sse(api.ApiError(500, str(exc), type="server_error").body())
                 return
-            for choice in choices:
-                first = choice.index not in started
-                text = "" if first else None
-                reason = choice.finish_reason or "length"
-                yield api.sse(api.chunk(served, endpoint, choice.index, text, reason, first=first))
+            for choice, reply in zip(choices, call.replies(choices), strict=True):
+                index = choice.index
+                rest = gates[index].rest(reply)
+                if rest or (reply.call is None and index not in started):
+                    first = index not in started
+                    yield api.sse(api.chunk(served, endpoint, index, rest, first=first))
+                    started.add(index)
+                if reply.call is not None:
+                    for body in api.tool_call_chunks(
+                        served, index, reply, first=index not in started
+                    ):
+                        yield api.sse(body)
+                    started.add(index)
+                yield api.sse(api.chunk(served, endpoint, index, None, reply.finish_reason))
             if parsed.include_usage:
                 usage = api.usage(len(job.prompt_ids), job.cached_tokens, choices)
                 yield api.sse(api.usage_chunk(served, endpoint, usage))
@@ -268,26 +357,53 @@ class AgentApi:
         finally:
             job.cancel()
 
-    def _record(
-        self,
-        job: Job,
-        served: api.Served,
-        parsed: api.ApiRequest,
-        key_name: str,
-        arrived: float,
-    ) -> None:
+    def _remember(self, call: _Call) -> None:
+        """Keep each choice's returned tool-call turn (engine thread, first done callback):
+        its tokens are the session's next prompt. Privacy mode keeps nothing; a turn not
+        ended by the model's end of sequence is not the turn the template renders."""
+        try:
+            choices = call.job.future.result()
+        except Exception:  # a failed generation served nothing
+            return
+        if call.parsed.privacy_mode:
+            return
+        eos = call.job.tokenizer.eos_token_id
+        sampler = call.sampler
+        try:
+            for choice, reply in zip(choices, call.replies(choices), strict=True):
+                ids = choice.token_ids
+                if reply.call is None or not ids or ids[-1] != eos:
+                    continue
+                if len(choice.logprobs) != len(ids):
+                    continue
+                turn = ServedTurn(
+                    call.prompt.prefill_ids, tuple(ids), tuple(choice.logprobs),
+                    reply.content or "", reply.call, sampler.version, sampler.temperature,
+                    sampler.top_p, weakref.ref(sampler.model),
+                )  # fmt: skip
+                self.served_turns.put(reply.call.id, turn)
+        except Exception:  # never stop the engine for a turn not kept
+            log.exception("keeping the tool-call turns of %s failed", call.served.response_id)
+
+    def _record(self, call: _Call) -> None:
         """One AgentCompletion per choice (engine thread, once per job); never raises."""
+        job, served = call.job, call.served
         try:
             choices = job.future.result()
         except Exception:  # a failed generation served nothing: no completion to record
             return
         finished = time.monotonic()
+        arrived = call.arrived
         first_ms = None if job.first_token_at is None else (job.first_token_at - arrived) * 1000
         try:
-            for choice in choices:
-                self._emit(
-                    self._event(job, served, parsed, key_name, choice, finished - arrived, first_ms)
-                )
+            replies = call.replies(choices)
+            labels = (served.model, str(served.version))
+            for choice, reply in zip(choices, replies, strict=True):
+                if reply.call is not None:
+                    self.tool_calls.labels(*labels).inc()
+                if reply.error is not None:
+                    self.malformed_tool_calls.labels(*labels).inc()
+                self._emit(self._event(call, choice, reply, finished - arrived, first_ms))
             self.metrics.count_decisions(
                 [{"model": served.model, "channel": served.channel, "version": served.version}]
                 * len(choices)
@@ -298,22 +414,24 @@ class AgentApi:
 
     def _event(
         self,
-        job: Job,
-        served: api.Served,
-        parsed: api.ApiRequest,
-        key_name: str,
+        call: _Call,
         choice: Choice,
+        reply: Reply,
         latency_s: float,
         first_ms: float | None,
     ) -> AgentCompletion:
+        job, served, parsed = call.job, call.served, call.parsed
         sampling = parsed.sampling
+        private = parsed.privacy_mode
+        generated = not private and 1 in call.prompt.mask
+        calls = [reply.call] if reply.call is not None else []
         return AgentCompletion(
             producer=self._producer,
             completion_id=served.completion_id(choice.index),
             request_id=served.response_id,
             session_id=parsed.session_id or served.response_id,
             user_id=parsed.user,
-            api_key=key_name,
+            api_key=call.key_name,
             model_name=served.model,
             model_version=served.version,
             channel=served.channel,
@@ -325,17 +443,33 @@ class AgentApi:
             prompt_token_ids=job.prompt_ids,
             completion_token_ids=tuple(choice.token_ids),
             behaviour_logprobs=tuple(choice.logprobs),
-            completion_text=choice.text,
+            completion_text=None if private else reply.text,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_new_tokens,
             stop=sampling.stop,
-            finish_reason=choice.finish_reason or "length",
+            finish_reason=reply.finish_reason,
             speculative=job.speculative,
             latency_ms=round(latency_s * 1000),
             first_token_ms=None if first_ms is None else round(first_ms),
-            privacy_mode=parsed.privacy_mode,
+            privacy_mode=private,
+            turn=sum(1 for m in parsed.messages if m["role"] == "assistant"),
+            tool_call_ids=tuple(c.id for c in calls),
+            tool_call_names=tuple(c.name for c in calls),
+            tool_call_error=reply.error,
+            prompt_mask=call.prompt.mask if generated else (),
+            prompt_logprobs=call.prompt.logprobs if generated else (),
         )
+
+
+def _our_template(tokenizer: Any) -> bool:
+    return getattr(tokenizer, "chat_template", None) == CHAT_TEMPLATE
+
+
+def _as_ours(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """OpenAI's ``developer`` role is the system's (o-series models); our template has no
+    other role for it."""
+    return {**message, "role": "system"} if message["role"] == "developer" else message
 
 
 def _prompt_ids(parsed: api.ApiRequest, tokenizer: Any) -> tuple[int, ...]:
@@ -346,14 +480,12 @@ def _prompt_ids(parsed: api.ApiRequest, tokenizer: Any) -> tuple[int, ...]:
                 400, f"prompt holds token ids >= the vocabulary size {vocab}", param="prompt"
             )
         return parsed.prompt
-    text = (
-        parsed.prompt if parsed.prompt is not None else api.render_chat(parsed.messages, tokenizer)
-    )
-    ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if not ids:
-        param = "prompt" if parsed.endpoint == "completions" else "messages"
-        raise api.ApiError(400, "the prompt is empty; send some text", param=param)
-    return ids
+    if parsed.prompt is not None:
+        text = parsed.prompt
+    else:
+        tools = parsed.tools if parsed.tool_choice.mode != "none" else ()
+        text = api.render_chat(parsed.messages, tokenizer, tools) + parsed.tool_choice.prefill()
+    return tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _check_context(prompt_ids: tuple[int, ...], parsed: api.ApiRequest, model: Any) -> None:
@@ -396,10 +528,12 @@ def create_agent_app(
     ready: Callable[[], bool] = lambda: True,
     max_body_bytes: int = 4 * 1_048_576,
     max_n: int = 8,
+    served_turn_tokens: int = 262_144,
 ) -> Starlette:
     """The replica's OpenAI-compatible app (module docstring). The app neither starts nor
     closes ``engine`` or ``replica``: whoever made them does. ``app.state.api`` is its
-    :class:`AgentApi` (metrics, counters)."""
+    :class:`AgentApi` (metrics, counters). ``served_turn_tokens`` bounds the tokens of the
+    tool-call turns kept for the sessions' next requests (``fleet.served_turns``)."""
     agent = AgentApi(
         replica,
         engine,
@@ -409,6 +543,7 @@ def create_agent_app(
         ready=ready,
         max_body_bytes=max_body_bytes,
         max_n=max_n,
+        served_turns=ServedTurns(served_turn_tokens),
     )
     app = Starlette(
         routes=[

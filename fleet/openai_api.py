@@ -5,9 +5,12 @@ Requests follow the OpenAI reference for ``POST /v1/completions`` and ``/v1/chat
 ``model``, ``prompt`` or ``messages``, ``max_tokens`` (chat: also ``max_completion_tokens``),
 ``temperature``, ``top_p``, ``n``, ``stop``, ``stream`` (+ ``stream_options.include_usage``),
 ``user``, and ``prediction`` (Predicted Outputs: ``{"type": "content", "content": ...}``, the
-original code of an edit: the request is decoded speculatively). Parameters the replica does not
-implement (``seed``, ``logprobs``, penalties, tools, ...) are accepted and ignored, as a client
-library may send them; a known parameter of the wrong type is a 400 naming it. Flywheel reads
+original code of an edit: the request is decoded speculatively), and on the chat route OpenAI's
+function calling: ``tools``, ``tool_choice``, assistant messages with ``tool_calls`` and ``tool``
+messages with ``tool_call_id`` (``fleet.openai_tools``). Parameters the replica does not
+implement (``seed``, ``logprobs``, penalties, ``parallel_tool_calls``: one call per turn, ...)
+are accepted and ignored, as a client library may send them; a known parameter of the wrong type
+is a 400 naming it. Flywheel reads
 two more body fields a client sends with ``extra_body``: ``session_id`` (the completion's
 session, for joining feedback; default: the response id) and ``privacy_mode`` (no token ids or
 text are recorded).
@@ -28,12 +31,23 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fleet.agent_engine import Choice
+from fleet.openai_tools import (
+    Reply,
+    ToolChoice,
+    ToolRequestError,
+    argument_pieces,
+    check_tool_call_ids,
+    message_tool_calls,
+    parse_tool_choice,
+    parse_tools,
+)
 from policies.agent_sampling import SamplingParams
 
 Endpoint = Literal["completions", "chat.completions"]
 MAX_STOP = 4  # OpenAI's limit
 MAX_ID_CHARS = 256
 _ROLES = ("system", "user", "assistant", "developer", "tool")
+NO_TOOLS = ToolChoice("none")
 
 
 class ApiError(Exception):
@@ -76,7 +90,7 @@ class ApiRequest:
     endpoint: Endpoint
     model: str
     prompt: str | tuple[int, ...] | None
-    messages: tuple[Mapping[str, str], ...]
+    messages: tuple[Mapping[str, Any], ...]
     sampling: SamplingParams
     stream: bool
     include_usage: bool
@@ -84,6 +98,8 @@ class ApiRequest:
     session_id: str | None
     privacy_mode: bool
     prediction: str | None
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: ToolChoice = NO_TOOLS
 
 
 def decode_body(raw: bytes) -> Any:
@@ -137,11 +153,19 @@ def parse_request(body: Any, endpoint: Endpoint, *, max_n: int) -> ApiRequest:
     model = _string(body, "model", required=True)
     assert model is not None
     prompt: str | tuple[int, ...] | None = None
-    messages: tuple[Mapping[str, str], ...] = ()
+    messages: tuple[Mapping[str, Any], ...] = ()
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice = NO_TOOLS
     if endpoint == "completions":
         prompt = _prompt(body.get("prompt"))
     else:
-        messages = _messages(body.get("messages"))
+        try:
+            messages = _messages(body.get("messages"))
+            check_tool_call_ids(messages)
+            tools = parse_tools(body.get("tools"))
+            tool_choice = parse_tool_choice(body.get("tool_choice"), tools)
+        except ToolRequestError as exc:
+            raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     max_tokens = 16 if limit is None else _int(limit, "max_tokens", low=1)
     n = 1 if body.get("n") is None else _int(body["n"], "n", low=1)
@@ -172,6 +196,8 @@ def parse_request(body: Any, endpoint: Endpoint, *, max_n: int) -> ApiRequest:
         session_id=_string(body, "session_id"),
         privacy_mode=_bool(body, "privacy_mode"),
         prediction=_prediction(body.get("prediction")),
+        tools=tools,
+        tool_choice=tool_choice,
     )
 
 
@@ -251,7 +277,7 @@ def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _messages(value: Any) -> tuple[Mapping[str, str], ...]:
+def _messages(value: Any) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(value, list) or not value:
         raise ApiError(
             400, "messages must be a non-empty array of {role, content}", param="messages"
@@ -263,7 +289,16 @@ def _messages(value: Any) -> tuple[Mapping[str, str], ...]:
             raise ApiError(
                 400, f"{where}: an object with a role, one of {', '.join(_ROLES)}", param=where
             )
-        out.append({"role": message["role"], "content": _content(message.get("content"), where)})
+        role = message["role"]
+        calls = message.get("tool_calls") if role == "assistant" else None
+        content = message.get("content")
+        kept: dict[str, Any] = {"role": role}
+        kept["content"] = "" if content is None and calls else _content(content, where)
+        if calls:  # an empty list is no calls, as OpenAI's own API takes it
+            kept["tool_calls"] = message_tool_calls(calls, where)
+        if role == "tool":
+            kept["tool_call_id"] = message.get("tool_call_id")
+        out.append(kept)
     return tuple(out)
 
 
@@ -313,13 +348,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def render_chat(messages: Sequence[Mapping[str, str]], tokenizer: Any) -> str:
-    """The prompt text of a conversation: the tokenizer's own chat template when it has one (a
-    foreign checkpoint), else ours: one ``<role>: <content>`` line per message and
-    ``assistant:`` to answer."""
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    tokenizer: Any,
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The prompt text of a conversation for a tokenizer whose chat template is not ours
+    (``policies.agent_chat``, whose prompts the app builds piece by piece): its own template
+    when it has one (a foreign checkpoint; ``tools`` passed to it), else one ``<role>:
+    <content>`` line per message and ``assistant:`` to answer."""
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools] or None,
+            tokenize=False,
+            add_generation_prompt=True,
         )
         return str(text)
     lines = [f"{m['role']}: {m['content']}" for m in messages]
@@ -389,28 +432,35 @@ def _flywheel(served: Served, choices: int) -> dict[str, Any]:
 
 
 def response_body(
-    served: Served, endpoint: Endpoint, choices: Sequence[Choice], usage_: Mapping[str, Any]
+    served: Served, endpoint: Endpoint, replies: Sequence[Reply], usage_: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The plain JSON response."""
+    """The plain JSON response: one choice per reply, in index order."""
     body = _header(served, endpoint, chunk=False)
     if endpoint == "completions":
         body["choices"] = [
-            {"index": c.index, "text": c.text, "finish_reason": _reason(c), "logprobs": None}
-            for c in choices
+            {"index": i, "text": r.text, "finish_reason": r.finish_reason, "logprobs": None}
+            for i, r in enumerate(replies)
         ]
     else:
         body["choices"] = [
             {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": _reason(c),
+                "index": i,
+                "message": _message(r),
+                "finish_reason": r.finish_reason,
                 "logprobs": None,
             }
-            for c in choices
+            for i, r in enumerate(replies)
         ]
     body["usage"] = dict(usage_)
-    body["flywheel"] = _flywheel(served, len(choices))
+    body["flywheel"] = _flywheel(served, len(replies))
     return body
+
+
+def _message(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.call is not None:
+        message["tool_calls"] = reply.tool_calls()
+    return message
 
 
 def chunk(
@@ -436,6 +486,29 @@ def chunk(
     return body
 
 
+def tool_call_chunks(
+    served: Served, index: int, reply: Reply, *, first: bool
+) -> list[dict[str, Any]]:
+    """The stream chunks of a reply's call, as OpenAI streams one: the id, type and name with
+    empty arguments, then the arguments in a few pieces (finish reason in a chunk after)."""
+    call = reply.tool_calls()[0]
+    function = call["function"]
+    head = {"index": 0, "id": call["id"], "type": "function",
+            "function": {"name": function["name"], "arguments": ""}}  # fmt: skip
+    deltas: list[dict[str, Any]] = [{"tool_calls": [head]}]
+    for piece in argument_pieces(function["arguments"]):
+        deltas.append({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+    if first:
+        deltas[0] = {"role": "assistant", "content": None, **deltas[0]}
+    out = []
+    for delta in deltas:
+        body = _header(served, "chat.completions", chunk=True)
+        body["choices"] = [{"index": index, "delta": delta, "logprobs": None,
+                            "finish_reason": None}]  # fmt: skip
+        out.append(body)
+    return out
+
+
 def usage_chunk(served: Served, endpoint: Endpoint, usage_: Mapping[str, Any]) -> dict[str, Any]:
     """The last chunk when the client asked for ``stream_options.include_usage``."""
     body = _header(served, endpoint, chunk=True)
@@ -451,6 +524,7 @@ def sse(data: Mapping[str, Any] | str) -> bytes:
     return f"data: {text}\n\n".encode()
 
 
-def _reason(choice: Choice) -> str:
-    # "cancelled" is ours (the client went away): such a response is never read.
+def finish_reason(choice: Choice) -> str:
+    """The engine's finish reason as the API says it ("cancelled" is ours: the client went
+    away, so such a response is never read)."""
     return choice.finish_reason or "length"
