@@ -1,7 +1,7 @@
 """Serving the agent model: each fast-inference technique against plain decoding of the same
 model in the same run (issue: the agent loop, part 3).
 
-    .venv/bin/python -m bench.serving [--rounds 3] [--copy-steps 1000]
+    .venv/bin/python -m bench.serving [--rounds 3] [--copy-steps 1000] [--sections sessions]
     .venv/bin/python -m bench.serving --device cuda --dtype bfloat16  # on a GPU
 
 * **speculative edits**: edit requests (a program, then "rewrite it"), greedy; the engine's
@@ -17,9 +17,16 @@ model in the same run (issue: the agent loop, part 3).
 * **the server**: requests/s of the OpenAI API (uvicorn, HTTP, JSON, batching engine; a
   stand-in replica, events to memory) under concurrent clients vs calling ``generate``
   in-process on batches of the same prompts and budget (target >= 0.7x).
+* **sessions**: ``--clients`` concurrent clients each running multi-turn chat sessions through
+  ``/v1/chat/completions`` (streamed; each turn's prompt is the last one, its completion and a
+  ~40-token observation, from ~150 tokens; 4-6 turns; temperature 0.6, 48 tokens) against the
+  continuous-batching engine vs the engine before it (``Engine(continuous=False)``: one
+  ``generate`` per batch, long prompts alone), both with the prefix cache as ``flywheel serve``
+  has it; sessions/s, generated tokens/s, time to first token p50/p99 (target >= 2x sessions/s).
 
-Every pair alternates for ``--rounds`` rounds after a warm-up; medians are compared. Prints a
-table and writes ``$FLYWHEEL_HOME/bench/serving.json``.
+Every pair alternates for ``--rounds`` rounds after a warm-up; medians are compared.
+``--sections`` runs some of them (speculative, prefix, archs, server, sessions; default all).
+Prints a table and writes ``$FLYWHEEL_HOME/bench/serving.json``.
 """
 
 from __future__ import annotations
@@ -317,8 +324,12 @@ def server(args: argparse.Namespace, model: Any, tokenizer: Any) -> dict[str, An
     }
 
 
+SECTIONS = ("speculative", "prefix", "archs", "server", "sessions")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--copy-steps", type=int, default=1000,
                         help="training steps of the copying model (cached per value)")  # fmt: skip
@@ -326,48 +337,70 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=48, help="tokens per sequence (archs)")
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=16, help="concurrent session clients")
+    parser.add_argument("--sessions", type=int, default=32, help="sessions per round")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
-    print("speculative edits (training the copying model on first use)...", flush=True)
-    spec = speculative_edits(args)
-    model, tokenizer = long_model(args)
-    print("prefix cache...", flush=True)
-    prefix = prefix_cache(args, model, tokenizer)
-    print("attention and experts...", flush=True)
-    archs = architectures(args, tokenizer)
-    print("the server...", flush=True)
-    serve = server(args, model, tokenizer)
-    report = {"device": args.device, "dtype": args.dtype, "speculative_edits": spec,
-              "prefix_cache": prefix, "architectures": archs, "server": serve}  # fmt: skip
+    report: dict[str, Any] = {"device": args.device, "dtype": args.dtype}
+    if "speculative" in args.sections:
+        print("speculative edits (training the copying model on first use)...", flush=True)
+        report["speculative_edits"] = speculative_edits(args)
+    if {"prefix", "archs", "server"} & set(args.sections):
+        model, tokenizer = long_model(args)
+        if "prefix" in args.sections:
+            print("prefix cache...", flush=True)
+            report["prefix_cache"] = prefix_cache(args, model, tokenizer)
+        if "archs" in args.sections:
+            print("attention and experts...", flush=True)
+            report["architectures"] = architectures(args, tokenizer)
+        if "server" in args.sections:
+            print("the server...", flush=True)
+            report["server"] = server(args, model, tokenizer)
+    if "sessions" in args.sections:
+        from bench.serving_sessions import print_sessions, sessions
+
+        print("sessions...", flush=True)
+        report["sessions"] = sessions(args)
     out = Settings.from_env().home / "bench" / "serving.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(f"\nserving bench on {args.device} {args.dtype} ({args.rounds} rounds, medians):")
-    print(f"speculative edits, {spec['edits']} edit requests ({spec['copied_exactly']} copied "
-          f"exactly), identical output: {spec['identical']}")  # fmt: skip
-    print(f"  plain greedy        : {spec['plain_tok_s']:10,.0f} tokens/s")
-    print(f"  prompt lookup       : {spec['speculative_tok_s']:10,.0f} tokens/s  "
-          f"ratio {spec['ratio']:.2f} (>= 2)")  # fmt: skip
-    print(f"time to first token, {prefix['prefix_tokens']}-token shared prefix:")
-    print(f"  no cache            : {prefix['ttft_plain_ms']:10.2f} ms")
-    print(f"  prefix cache        : {prefix['ttft_cached_ms']:10.2f} ms  "
-          f"{prefix['speedup']:.1f}x faster (>= 3)")  # fmt: skip
-    print("attention and experts (KV bytes/token measured | formula, tokens/s, params active/all):")
-    for row in archs:
-        print(f"  {row['name']:<20}: {row['kv_bytes_per_token']:7,.0f} | "
-              f"{row['kv_bytes_formula']:5,} B  {row['tok_s']:8,.0f} tok/s  "
-              f"{row['active_params'] / 1e6:.2f}M / {row['params'] / 1e6:.2f}M")  # fmt: skip
-    mha, gqa, mqa = (archs[i]["kv_bytes_per_token"] for i in range(3))
-    print(
-        f"  KV bytes MHA/GQA = {mha / gqa:.1f} (heads/kv-heads = 2), MHA/MQA = {mha / mqa:.1f} (4)"
-    )
-    print(f"server, {serve['requests']} requests x 16 tokens, {serve['concurrency']} clients "
-          f"(mean engine batch {serve['mean_batch']:.1f}):")  # fmt: skip
-    print(f"  generate in-process : {serve['in_process_req_s']:10,.1f} requests/s")
-    print(f"  OpenAI API server   : {serve['server_req_s']:10,.1f} requests/s  "
-          f"ratio {serve['ratio']:.2f} (>= 0.7)")  # fmt: skip
+    print_report(report)
+    if "sessions" in report:
+        print_sessions(report["sessions"])
     print(f"written to {out}")
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The table of the sections run before the sessions."""
+    if spec := report.get("speculative_edits"):
+        print(f"speculative edits, {spec['edits']} edit requests ({spec['copied_exactly']} copied "
+              f"exactly), identical output: {spec['identical']}")  # fmt: skip
+        print(f"  plain greedy        : {spec['plain_tok_s']:10,.0f} tokens/s")
+        print(f"  prompt lookup       : {spec['speculative_tok_s']:10,.0f} tokens/s  "
+              f"ratio {spec['ratio']:.2f} (>= 2)")  # fmt: skip
+    if prefix := report.get("prefix_cache"):
+        print(f"time to first token, {prefix['prefix_tokens']}-token shared prefix:")
+        print(f"  no cache            : {prefix['ttft_plain_ms']:10.2f} ms")
+        print(f"  prefix cache        : {prefix['ttft_cached_ms']:10.2f} ms  "
+              f"{prefix['speedup']:.1f}x faster (>= 3)")  # fmt: skip
+    if archs := report.get("architectures"):
+        print("attention and experts (KV bytes/token measured | formula, tokens/s, params "
+              "active/all):")  # fmt: skip
+        for row in archs:
+            print(f"  {row['name']:<20}: {row['kv_bytes_per_token']:7,.0f} | "
+                  f"{row['kv_bytes_formula']:5,} B  {row['tok_s']:8,.0f} tok/s  "
+                  f"{row['active_params'] / 1e6:.2f}M / {row['params'] / 1e6:.2f}M")  # fmt: skip
+        mha, gqa, mqa = (archs[i]["kv_bytes_per_token"] for i in range(3))
+        print(f"  KV bytes MHA/GQA = {mha / gqa:.1f} (heads/kv-heads = 2), "
+              f"MHA/MQA = {mha / mqa:.1f} (4)")  # fmt: skip
+    if serve := report.get("server"):
+        print(f"server, {serve['requests']} requests x 16 tokens, {serve['concurrency']} clients "
+              f"(mean engine batch {serve['mean_batch']:.1f}):")  # fmt: skip
+        print(f"  generate in-process : {serve['in_process_req_s']:10,.1f} requests/s")
+        print(f"  OpenAI API server   : {serve['server_req_s']:10,.1f} requests/s  "
+              f"ratio {serve['ratio']:.2f} (>= 0.7)")  # fmt: skip
 
 
 if __name__ == "__main__":
