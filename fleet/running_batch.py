@@ -14,6 +14,10 @@ greedy rows (temperature 0) take the argmax; the log-prob reported is that of th
 the token was drawn from (greedy: the plain softmax), as ``token_logprobs`` reports for
 ``generate``.
 
+A model whose ``generation_config`` sets ``sequence_bias`` gets it applied before sampling, as
+``generate`` applies it (tests script a tiny model's output with it); the engine honours no
+other generation-config processor (the checkpoints trained here set none).
+
 Shapes: B rows, W cached columns (padding included), V vocabulary; ``mask`` (B, W) is 1 where a
 column holds a row's token.
 """
@@ -25,7 +29,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers import DynamicCache, SequenceBiasLogitsProcessor
 
 from policies.agent_sampling import nucleus_filter
 
@@ -63,6 +67,7 @@ class RunningBatch:
         self.last = torch.zeros(0, dtype=torch.long, device=self.device)  # (B,) next input
         self.temperature = torch.zeros(0, device=self.device)
         self.top_p = torch.ones(0, device=self.device)
+        self.history: list[list[int]] = []  # each row's tokens (for a sequence bias)
 
     @property
     def rows(self) -> int:
@@ -88,8 +93,11 @@ class RunningBatch:
                          use_cache=True)  # fmt: skip
         temps = torch.full((n,), float(temperature), device=self.device)
         tops = torch.full((n,), float(top_p), device=self.device)
-        tokens, logprobs = draw(out.logits[:, -1].expand(n, -1), temps, tops)
+        histories = [list(prompt_ids) for _ in range(n)]
+        logits = self._biased(out.logits[:, -1].expand(n, -1), histories)
+        tokens, logprobs = draw(logits, temps, tops)
         self._append(out.past_key_values, n, length, tokens, temps, tops)
+        self.history += [[*h, t] for h, t in zip(histories, tokens.tolist(), strict=True)]
         return tokens.tolist(), logprobs.tolist()
 
     @torch.inference_mode()
@@ -107,9 +115,24 @@ class RunningBatch:
             use_cache=True,
         )
         self.positions = self.positions + 1
-        tokens, logprobs = draw(out.logits[:, -1], self.temperature, self.top_p)
+        logits = self._biased(out.logits[:, -1], self.history)
+        tokens, logprobs = draw(logits, self.temperature, self.top_p)
         self.last = tokens
+        for history, token in zip(self.history, tokens.tolist(), strict=True):
+            history.append(token)
         return tokens.tolist(), logprobs.tolist()
+
+    def _biased(self, logits: torch.Tensor, histories: Sequence[Sequence[int]]) -> torch.Tensor:
+        """``logits`` (B, V) with the model's ``sequence_bias`` applied to each row's tokens."""
+        config = getattr(self.model, "generation_config", None)
+        bias = getattr(config, "sequence_bias", None)
+        if not bias:
+            return logits
+        width = max(len(h) for h in histories)
+        ids = torch.tensor([[0] * (width - len(h)) + list(h) for h in histories],
+                           device=self.device)  # fmt: skip
+        biased: torch.Tensor = SequenceBiasLogitsProcessor(bias)(ids, logits.float())
+        return biased
 
     def keep(self, rows: Sequence[int]) -> None:
         """Keep only ``rows`` (in that order; the others left the batch)."""
@@ -123,6 +146,7 @@ class RunningBatch:
         self.last, self.temperature, self.top_p = (
             self.last[index], self.temperature[index], self.top_p[index]
         )  # fmt: skip
+        self.history = [self.history[r] for r in rows]
         held = self.mask.any(dim=0).nonzero()
         start = int(held[0]) if len(held) else self.mask.shape[1]  # columns of padding only
         self.mask = self.mask[:, start:]
