@@ -200,6 +200,8 @@ class TelemetryClient:
         if record["privacy_mode"]:
             for name in ("prompt_token_ids", "completion_token_ids", "behaviour_logprobs"):
                 record[name] = None
+            for name in ("prompt_mask", "prompt_logprobs"):  # v2: which prompt tokens it wrote
+                record[name] = []
 
     def _enqueue(self, topic: str, key: bytes, value: bytes) -> None:
         if self._closed:

@@ -19,7 +19,7 @@ from streams.client import CLIENT_TOPICS, ROUTES
 from streams.errors import EventValidationError
 from streams.stack.local import LocalStack
 from tests.readback import end_offsets, read_events
-from tests.sample_events import offered, one_of_each
+from tests.sample_events import offered, one_of_each, served
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +73,24 @@ def test_privacy_no_secret_or_code_leaves_the_process(stack: Settings, tmp_path:
     text = found[uuid.UUID(redacted.event_id)]["suggestion_text"]
     assert aws_key not in text
     assert "print(1)" in text
+
+
+def test_a_private_served_session_turn_keeps_counts_and_ids_only(
+    stack: Settings, tmp_path: Path
+) -> None:
+    """Privacy mode on a tool session's turn: no tokens, text or marks of which prompt tokens
+    the model wrote leave the process (even if the caller filled them)."""
+    turn = served(privacy_mode=True, turn=1, prompt_mask=(0, 1, 1), prompt_logprobs=(0, -1, -1),
+                  tool_call_ids=("call_1",), tool_call_names=("read_file",))  # fmt: skip
+    since = end_offsets(stack, ["agent.completions"])
+    with _client(stack, tmp_path) as client:
+        client.send(turn)
+        assert client.flush(30) == 0
+    (read,) = read_events(stack, ["agent.completions"], [turn.event_id], since)
+    back = read.record
+    assert back["completion_text"] is None and back["prompt_token_ids"] is None
+    assert (back["prompt_mask"], back["prompt_logprobs"]) == ([], [])
+    assert (back["turn"], back["tool_call_names"]) == (1, ["read_file"])  # counts and ids stay
 
 
 def test_an_invalid_event_is_refused_naming_the_field(stack: Settings, tmp_path: Path) -> None:
