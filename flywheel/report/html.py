@@ -83,7 +83,7 @@ AGENT_COLUMNS = (
     "trials",
     "tokens trained",
     "served share",
-    "served reward",
+    "served reward (n)",
     "stale",
     "data → live (s)",
     "decision",
@@ -114,7 +114,11 @@ def agent_headline_text(results: RunResults) -> str:
     versions = results.agent_versions
     trained = sum(v.train_rows for v in versions)
     share = sum(v.served_rows for v in versions) / trained if trained else 0.0
-    served = f" Served-token rewards: {share:.0%} of the {trained:,} rows trained on."
+    reacted = sum(v.served for v in versions)
+    served = (
+        f" Served to users: {reacted:,} reacted sessions (or completions), "
+        f"{share:.0%} of the {trained:,} rows trained on."
+    )
     pair = results.agent_headline()
     if pair is None:
         tried = len(versions) - 1

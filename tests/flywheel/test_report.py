@@ -110,7 +110,7 @@ def test_the_agent_headline_compares_the_best_promoted_version_with_the_first() 
     results = with_agent(sample_results())
     assert agent_headline_text(results) == (
         "Agent: best promoted v3 eval pass@1 21.0% vs v1 15.5% (+5.5 points). "
-        "Served-token rewards: 25% of the 800 rows trained on."
+        "Served to users: 360 reacted sessions (or completions), 25% of the 800 rows trained on."
     )
     results.agent_versions = results.agent_versions[:2]
     assert "no RL version promoted (1 candidate(s) decided)" in agent_headline_text(results)
