@@ -31,8 +31,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import Counter
@@ -43,8 +42,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fleet import openai_api as api
-from fleet.agent_engine import Choice, Engine, Job, Overloaded
-from fleet.openai_tools import CallHoldBack, Reply, new_call_id, read_reply, tool_names
+from fleet import openai_responses as responses
+from fleet.agent_calls import Call, completion_event, connect_stream, stream_chunks
+from fleet.agent_engine import Engine, Job, Overloaded
+from fleet.openai_tools import new_call_id
 from fleet.served_turns import ChatPrompt, Sampler, ServedTurn, ServedTurns, chat_prompt
 from fleet.serving_app import ServingMetrics, ServingReplica, snapshot_json
 from ground.asgi import BodyOverLimit, RequestMetricsMiddleware, read_body
@@ -62,43 +63,6 @@ HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 ROUTES = (COMPLETIONS_PATH, CHAT_PATH, MODELS_PATH, HEALTH_PATH, METRICS_PATH)
 Emit = Callable[[AgentCompletion], None]
-_DONE = object()  # the stream's end marker, queued after a request's last text
-
-
-@dataclass
-class _Call:
-    """One accepted request on its way: the job, what answers it, and its chat context (the
-    tool_choice prefill, the prompt's mask of earlier generated tokens, the call id each choice
-    returns a call under)."""
-
-    parsed: api.ApiRequest
-    job: Job
-    served: api.Served
-    sampler: Sampler
-    prompt: ChatPrompt
-    call_ids: list[str]
-    key_name: str = "anonymous"
-    arrived: float = 0.0
-    _replies: list[Reply] | None = field(default=None, repr=False)
-
-    def replies(self, choices: list[Choice]) -> list[Reply]:
-        """Each choice as the API returns it (the same for the response, the stream and the
-        event: read once)."""
-        if self._replies is None:
-            prefill = self.parsed.tool_choice.prefill()
-            names = tool_names(self.parsed.tools)
-            self._replies = [
-                read_reply(
-                    c.text,
-                    api.finish_reason(c),
-                    prefill=prefill,
-                    choice=self.parsed.tool_choice,
-                    names=names,
-                    call_id=self.call_ids[c.index],
-                )
-                for c in choices
-            ]
-        return self._replies
 
 
 class AgentApi:
@@ -185,13 +149,13 @@ class AgentApi:
             job = call.job
             # First: a choice's tool-call turn is known before its client can send the next.
             job.future.add_done_callback(lambda _: self._remember(call))
-            queue = self._connect_stream(job) if parsed.stream else None
+            queue = connect_stream(job) if parsed.stream else None
             self._submit(call)
         except api.ApiError as exc:
             return _error(exc)
         if queue is not None:
             return StreamingResponse(
-                self._stream(call, queue),
+                stream_chunks(call, queue),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -201,8 +165,10 @@ class AgentApi:
             return _error(api.ApiError(500, str(exc), type="server_error"))
         finally:
             job.cancel()  # a no-op once done; stops generating for a client that gave up
-        usage = api.usage(len(job.prompt_ids), job.cached_tokens, choices)
-        return JSONResponse(api.response_body(call.served, endpoint, call.replies(choices), usage))
+        usage = responses.usage(len(job.prompt_ids), job.cached_tokens, choices)
+        return JSONResponse(
+            responses.response_body(call.served, endpoint, call.replies(choices), usage)
+        )
 
     def _authenticate(self, request: Request) -> str:
         """The key's name (``anonymous`` without a key store); ApiError 401/403/503."""
@@ -238,7 +204,7 @@ class AgentApi:
             raise api.ApiError(413, str(exc), code="request_too_large") from None
         return api.decode_body(raw)
 
-    def _call(self, parsed: api.ApiRequest) -> _Call:
+    def _call(self, parsed: api.ApiRequest) -> Call:
         if parsed.model != self.replica.model_name:
             raise _unknown_model(parsed.model, self.replica.model_name)
         response_id = f"cmpl-{uuid.uuid4().hex}"
@@ -260,15 +226,15 @@ class AgentApi:
         speculative = parsed.prediction is not None
         job = Job(policy.model, policy.tokenizer, prompt.ids, parsed.sampling,
                   speculative=speculative)  # fmt: skip
-        served = api.Served(
+        served = responses.Served(
             response_id,
             self.replica.model_name,
             routed.version,
             routed.channel.value.lower(),
-            api.new_created(),
+            responses.new_created(),
         )
         call_ids = [new_call_id() for _ in range(s.n)]
-        return _Call(parsed, job, served, sampler, prompt, call_ids)
+        return Call(parsed, job, served, sampler, prompt, call_ids)
 
     def _prompt(self, parsed: api.ApiRequest, tokenizer: Any, sampler: Sampler) -> ChatPrompt:
         """The prompt's ids: a chat in our template piece by piece (earlier turns of this
@@ -286,7 +252,7 @@ class AgentApi:
             raise api.ApiError(400, "the prompt is empty; send some text", param=param)
         return prompt
 
-    def _submit(self, call: _Call) -> None:
+    def _submit(self, call: Call) -> None:
         call.job.future.add_done_callback(lambda _: self._record(call))
         try:
             self.engine.submit(call.job)
@@ -299,65 +265,7 @@ class AgentApi:
                 retry_after_s=exc.retry_after_s,
             ) from None
 
-    @staticmethod
-    def _connect_stream(job: Job) -> asyncio.Queue[Any]:
-        """A queue the engine thread puts the job's text in, then the end marker."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        def on_text(index: int, text: str) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (index, text))
-
-        job.on_text = on_text
-        job.future.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, _DONE))
-        return queue
-
-    @staticmethod
-    async def _stream(call: _Call, queue: asyncio.Queue[Any]) -> AsyncIterator[bytes]:
-        """Server-sent chunks as the engine hands over text (what may be a tool call held back,
-        ``CallHoldBack``), each choice's end — the rest of its content or its call, and its
-        finish reason —, the usage when asked for, then ``[DONE]``. A disconnect cancels the
-        generator, and the job with it (its completion is still recorded, ``finish_reason``
-        cancelled)."""
-        job, served, parsed = call.job, call.served, call.parsed
-        endpoint = parsed.endpoint
-        active = parsed.tool_choice.mode != "none" and bool(parsed.tools)
-        gates = [CallHoldBack(active, parsed.tool_choice.prefill()) for _ in job.choices]
-        started: set[int] = set()
-        try:
-            while (item := await queue.get()) is not _DONE:
-                index, text = item
-                if out := gates[index].feed(text):
-                    first = index not in started
-                    yield api.sse(api.chunk(served, endpoint, index, out, first=first))
-                    started.add(index)
-            try:
-                choices = job.future.result()
-            except FlywheelError as exc:
-                yield api.sse(api.ApiError(500, str(exc), type="server_error").body())
-                return
-            for choice, reply in zip(choices, call.replies(choices), strict=True):
-                index = choice.index
-                rest = gates[index].rest(reply)
-                if rest or (reply.call is None and index not in started):
-                    first = index not in started
-                    yield api.sse(api.chunk(served, endpoint, index, rest, first=first))
-                    started.add(index)
-                if reply.call is not None:
-                    for body in api.tool_call_chunks(
-                        served, index, reply, first=index not in started
-                    ):
-                        yield api.sse(body)
-                    started.add(index)
-                yield api.sse(api.chunk(served, endpoint, index, None, reply.finish_reason))
-            if parsed.include_usage:
-                usage = api.usage(len(job.prompt_ids), job.cached_tokens, choices)
-                yield api.sse(api.usage_chunk(served, endpoint, usage))
-            yield api.sse("[DONE]")
-        finally:
-            job.cancel()
-
-    def _remember(self, call: _Call) -> None:
+    def _remember(self, call: Call) -> None:
         """Keep each choice's returned tool-call turn (engine thread, first done callback):
         its tokens are the session's next prompt. Privacy mode keeps nothing; a turn not
         ended by the model's end of sequence is not the turn the template renders."""
@@ -385,7 +293,7 @@ class AgentApi:
         except Exception:  # never stop the engine for a turn not kept
             log.exception("keeping the tool-call turns of %s failed", call.served.response_id)
 
-    def _record(self, call: _Call) -> None:
+    def _record(self, call: Call) -> None:
         """One AgentCompletion per choice (engine thread, once per job); never raises."""
         job, served = call.job, call.served
         try:
@@ -403,7 +311,11 @@ class AgentApi:
                     self.tool_calls.labels(*labels).inc()
                 if reply.error is not None:
                     self.malformed_tool_calls.labels(*labels).inc()
-                self._emit(self._event(call, choice, reply, finished - arrived, first_ms))
+                self._emit(
+                    completion_event(
+                        call, self._producer, choice, reply, finished - arrived, first_ms
+                    )
+                )
             self.metrics.count_decisions(
                 [{"model": served.model, "channel": served.channel, "version": served.version}]
                 * len(choices)
@@ -411,55 +323,6 @@ class AgentApi:
         except Exception:  # an event the sink refuses must not stop the engine
             self.emit_failures += 1
             log.exception("recording completion %s failed", served.response_id)
-
-    def _event(
-        self,
-        call: _Call,
-        choice: Choice,
-        reply: Reply,
-        latency_s: float,
-        first_ms: float | None,
-    ) -> AgentCompletion:
-        job, served, parsed = call.job, call.served, call.parsed
-        sampling = parsed.sampling
-        private = parsed.privacy_mode
-        generated = not private and 1 in call.prompt.mask
-        calls = [reply.call] if reply.call is not None else []
-        return AgentCompletion(
-            producer=self._producer,
-            completion_id=served.completion_id(choice.index),
-            request_id=served.response_id,
-            session_id=parsed.session_id or served.response_id,
-            user_id=parsed.user,
-            api_key=call.key_name,
-            model_name=served.model,
-            model_version=served.version,
-            channel=served.channel,
-            endpoint=parsed.endpoint,
-            choice_index=choice.index,
-            prompt_tokens=len(job.prompt_ids),
-            cached_prompt_tokens=job.cached_tokens,
-            completion_tokens=len(choice.token_ids),
-            prompt_token_ids=job.prompt_ids,
-            completion_token_ids=tuple(choice.token_ids),
-            behaviour_logprobs=tuple(choice.logprobs),
-            completion_text=None if private else reply.text,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            stop=sampling.stop,
-            finish_reason=reply.finish_reason,
-            speculative=job.speculative,
-            latency_ms=round(latency_s * 1000),
-            first_token_ms=None if first_ms is None else round(first_ms),
-            privacy_mode=private,
-            turn=sum(1 for m in parsed.messages if m["role"] == "assistant"),
-            tool_call_ids=tuple(c.id for c in calls),
-            tool_call_names=tuple(c.name for c in calls),
-            tool_call_error=reply.error,
-            prompt_mask=call.prompt.mask if generated else (),
-            prompt_logprobs=call.prompt.logprobs if generated else (),
-        )
 
 
 def _our_template(tokenizer: Any) -> bool:

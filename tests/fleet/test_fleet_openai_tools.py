@@ -12,6 +12,7 @@ import pytest
 
 from environments.episode_runner import tokenize_segments
 from fleet import openai_api as api
+from fleet import openai_responses as responses
 from fleet.openai_tools import (
     CallHoldBack,
     ToolChoice,
@@ -183,8 +184,8 @@ def test_a_prefilled_stream_holds_everything_and_an_inactive_one_nothing() -> No
 
 
 def test_tool_call_chunks_are_shaped_as_openai_streams_them() -> None:
-    served = api.Served("cmpl-1", "m", 2, "production", 0)
-    chunks = api.tool_call_chunks(served, 0, reply(READ), first=True)
+    served = responses.Served("cmpl-1", "m", 2, "production", 0)
+    chunks = responses.tool_call_chunks(served, 0, reply(READ), first=True)
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert deltas[0] == {
         "role": "assistant",
