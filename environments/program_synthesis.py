@@ -39,6 +39,7 @@ from typing import Any
 from environments.base import Score, Split, Task
 from environments.errors import TaskEnvironmentError
 from environments.sandbox import OK, SandboxLimits, run_program
+from ground import python_ast
 
 NAME = "program-synthesis"
 FUNCTION = "f"
@@ -142,7 +143,7 @@ def composition(completion: str, kind: str) -> tuple[str, ...] | None:
     nested calls of ``kind``'s operations on ``x``, at most :data:`TRUSTED_DEPTH` deep; else
     None (the sandbox runs it)."""
     try:
-        tree = ast.parse(HEADER + completion)
+        tree = python_ast.parse(HEADER + completion)
     except (SyntaxError, ValueError):
         return None
     body = tree.body[0].body if len(tree.body) == 1 else []  # type: ignore[attr-defined]

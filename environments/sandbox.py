@@ -47,6 +47,7 @@ from environments.isolation import (
     python_executable,
     require_isolation,
 )
+from ground import python_ast
 
 # Statuses of a run (RolloutResult.sandbox_status); "ok" means the program ran every input.
 OK = "ok"
@@ -167,7 +168,7 @@ def syntax_error(source: str, filename: str = "<completion>") -> str | None:
     """The parser's complaint about ``source`` (run here, before anything runs), or None. The
     parser only reads the text; its message names the line, never anything of the host."""
     try:
-        compile(source, filename, "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        python_ast.parse(source, filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     return None

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from codeindex.protocol import ChunkRef, chunk_hash
+from ground import python_ast
 
 DEFAULT_MAX_LINES = 60
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -75,7 +76,7 @@ def python_spans(text: str, lines: Sequence[str], max_lines: int) -> list[Span] 
     try:
         with warnings.catch_warnings():  # invalid escapes and the like: not ours to report
             warnings.simplefilter("ignore")
-            module = ast.parse(text)
+            module = python_ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return _spans(module.body, 1, len(lines), lines, max_lines, split_classes=True)

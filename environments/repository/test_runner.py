@@ -47,6 +47,7 @@ from environments.sandbox import (
     syntax_error,
     work_dir,
 )
+from ground import python_ast
 
 _HERE = Path(__file__).resolve().parent.parent
 REPO_RUNNER = _HERE / "repo_runner.py"
@@ -129,7 +130,7 @@ def _selection(root: Path, selector: str) -> tuple[str, list[str]]:
     if not file.endswith(".py") or not all(p.isidentifier() for p in parts):
         raise ToolFailure(f"error: {file} is not a Python test file")
     try:
-        tree = ast.parse(read_text(path))
+        tree = python_ast.parse(read_text(path))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ".".join(parts), []  # the syntax check reports it before anything runs
     names = [node.name for node in tree.body

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codeindex.terms import code_terms
+from ground import python_ast
 from learner.errors import TrainingDataError
 
 # Mid-size pure-Python packages in the platform's environment, used only by bench/index_quality.py.
@@ -87,7 +88,7 @@ def functions_of(source: str, package: str, where: str) -> Iterator[Function]:
     docstring's lines removed from its code and the code dedented. Functions whose whole
     body is the docstring (stubs) and one-line ``def f(): "doc"`` forms are skipped."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except (SyntaxError, ValueError):
         return
     lines = source.splitlines()
