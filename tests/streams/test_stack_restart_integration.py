@@ -1,4 +1,4 @@
-"""`stack down` then `stack up` keeps topics, data and schemas; `up` is idempotent."""
+"""`stack down` then `stack up` keeps topics, data, schemas and objects; `up` is idempotent."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def test_down_then_up_keeps_topics_data_and_schemas(
     schema_id = registry.register_schema(f"{unique}-value", Schema(schema, "AVRO"))
 
     local = LocalStack(stack.home, stack.ports)
-    assert local.down() == ["registry", "kafka"]
+    assert local.down() == ["registry", "s3", "kafka"]
     assert not any(s.running for s in local.status())
-    assert sorted(local.up()) == ["kafka", "registry"]
+    assert sorted(local.up()) == ["kafka", "registry", "s3"]
 
     assert unique in TopicAdmin(stack.kafka_client_config()).existing_partitions()
     assert read_topic(unique, 1) == [(b"k", b"survives")]
