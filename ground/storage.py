@@ -35,6 +35,7 @@ ACCESS_KEY_VARIABLE = "AWS_ACCESS_KEY_ID"
 SECRET_VARIABLE = "AWS_SECRET_ACCESS_KEY"  # noqa: S105 (the variable's name, not a secret)
 ENDPOINT_VARIABLES = ("FLYWHEEL_S3_ENDPOINT", "AWS_ENDPOINT_URL")
 CREDENTIALS_FILE_VARIABLE = "FLYWHEEL_S3_CREDENTIALS_FILE"
+CHECKSUM_VARIABLES = ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION")
 # S3 bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens, alphanumeric ends.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _FORMS = "use file:///absolute/path, a plain path, or s3://bucket/prefix"
@@ -168,14 +169,16 @@ class StorageLocation:
 
     def filesystem(self) -> FileSystem:
         """The pyarrow filesystem holding `path`: local, or S3 at the endpoint (buckets are
-        created on first write). For S3 it sets AWS_REQUEST_CHECKSUM_CALCULATION=WHEN_REQUIRED
-        in this process unless already set: with the SDK's default (always) S3-compatible
-        servers such as S3Proxy refuse uploads (XAmzContentSHA256Mismatch)."""
+        created on first write). For S3 it sets AWS_REQUEST_CHECKSUM_CALCULATION and
+        AWS_RESPONSE_CHECKSUM_VALIDATION to WHEN_REQUIRED in this process unless already set:
+        with the SDK's defaults, S3-compatible servers such as S3Proxy refuse uploads
+        (XAmzContentSHA256Mismatch) and downloads (501, the x-amz-checksum-mode header)."""
         from pyarrow import fs
 
         if self.scheme == "file":
             return fs.LocalFileSystem()
-        os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+        for variable in CHECKSUM_VARIABLES:
+            os.environ.setdefault(variable, "WHEN_REQUIRED")
         options: dict[str, object] = {"region": self.region, "allow_bucket_creation": True}
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)

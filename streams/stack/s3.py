@@ -4,6 +4,8 @@ Requests are signed (AWS SigV2 or SigV4) with one identity and a random secret g
 `<stack>/s3/credentials` (mode 0600); the secret reaches S3Proxy through its properties file
 (also 0600), never its command line, which any local user can read. A bucket of this backend is a
 directory under `<stack>/s3/data`, so the default bucket is created before the server starts.
+The backend reads a bucket's or an object's ACL from its file mode (readable by others: public-read,
+answered without a signature), so the server runs with umask 077 and the bucket is made 0700.
 """
 
 from __future__ import annotations
@@ -101,12 +103,17 @@ class ObjectStoreService:
             "FLYWHEEL_S3_ENDPOINT": self.endpoint,  # Flywheel's storage locations
             "AWS_ENDPOINT_URL": self.endpoint,  # the AWS CLI, boto3, pyarrow
             "S3_ENDPOINT_URL": self.endpoint,  # mosaicml-streaming's s3:// remotes
-            # The SDKs' default checksums are refused by S3Proxy (XAmzContentSHA256Mismatch).
+            # S3Proxy refuses the SDKs' default checksums: on uploads (XAmzContentSHA256Mismatch)
+            # and on downloads (501 for the x-amz-checksum-mode header).
             "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED",
         }
 
     def start(self, java: str, jar: Path) -> None:
-        (self.data_dir / self.bucket).mkdir(parents=True, exist_ok=True)
+        bucket = self.data_dir / self.bucket
+        bucket.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for private in (self.data_dir, bucket):
+            private.chmod(0o700)  # never public-read (see the module's docstring)
         props = s3proxy_properties(self.data_dir, self.ports, self.credentials())
         write_private(self.config_file, props)
         argv = [
@@ -123,7 +130,7 @@ class ObjectStoreService:
             "--properties",
             str(self.config_file),
         ]
-        self.process.start(argv, env={}, cwd=self.dir)
+        self.process.start(argv, env={}, cwd=self.dir, umask=0o077)
 
     def answers(self) -> bool:
         """True once the server answers HTTP (an unsigned request is refused, which is enough)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ground.errors import StorageError
-from ground.storage import StorageLocation, read_credentials_file
+from ground.storage import CHECKSUM_VARIABLES, StorageLocation, read_credentials_file
 
 SECRET = "s3cr3t-value-never-printed"
 S3_ENV = {
@@ -123,10 +123,12 @@ def test_a_credentials_file_supplies_the_key_pair(tmp_path: Path) -> None:
 def test_filesystems(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fs = pytest.importorskip("pyarrow.fs")
     assert isinstance(StorageLocation.parse(str(tmp_path), {}).filesystem(), fs.LocalFileSystem)
-    # setenv first, so the test's end restores the variable's state before it (set or not).
-    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "unset-by-the-test")
-    monkeypatch.delenv("AWS_REQUEST_CHECKSUM_CALCULATION")
+    for variable in CHECKSUM_VARIABLES:
+        # setenv first, so the test's end restores the variable's state before it (set or not).
+        monkeypatch.setenv(variable, "unset-by-the-test")
+        monkeypatch.delenv(variable)
     s3 = StorageLocation.parse("s3://flywheel/lake", S3_ENV).filesystem()
     assert isinstance(s3, fs.S3FileSystem)
     assert s3.region == "us-east-1"
     assert os.environ["AWS_REQUEST_CHECKSUM_CALCULATION"] == "WHEN_REQUIRED"
+    assert os.environ["AWS_RESPONSE_CHECKSUM_VALIDATION"] == "WHEN_REQUIRED"

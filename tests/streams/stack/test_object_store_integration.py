@@ -44,8 +44,11 @@ def test_the_store_answers_signed_requests_only(stack: Settings, unique: str) ->
     with pytest.raises(OSError, match=r"(?i)403|access.?denied|signature"):
         wrong.filesystem().get_file_info(location.path)
     # Signed: the default bucket exists from `stack up` on.
-    bucket = location.filesystem().get_file_info(store.bucket)
-    assert bucket.type.name == "Directory"
+    fs = location.filesystem()
+    assert fs.get_file_info(store.bucket).type.name == "Directory"
+    with fs.open_output_stream(f"{location.path}/private") as out:
+        out.write(b"x")
+    assert httpx.get(f"{store.endpoint}/{location.path}/private", timeout=10).status_code == 403
 
 
 def test_parquet_round_trip_and_a_duckdb_query_with_partitions_pruned(

@@ -51,7 +51,7 @@ def test_start_creates_the_bucket_and_keeps_the_secret_off_the_command_line(
     tmp_path: Path,
 ) -> None:
     java = tmp_path / "java"  # records its arguments instead of running S3Proxy
-    record = "import sys; open(sys.argv[-1] + '.argv', 'w').write(repr(sys.argv))"
+    record = "import os, sys; open(sys.argv[-1] + '.argv', 'w').write(f'{os.umask(0)} {sys.argv}')"
     java.write_text(f"#!{sys.executable}\n{record}\n")
     java.chmod(0o755)
     store = ObjectStoreService(tmp_path, PORTS)
@@ -63,6 +63,9 @@ def test_start_creates_the_bucket_and_keeps_the_secret_off_the_command_line(
     assert "org.gaul.s3proxy.Main" in argv and str(store.config_file) in argv
     assert store.credentials().secret_access_key not in argv
     assert (store.data_dir / "flywheel").is_dir()  # a bucket of this backend is a directory
+    # The backend answers unsigned reads of what others may read: nothing it makes is.
+    assert _mode(store.data_dir / "flywheel") == _mode(store.data_dir) == 0o700
+    assert argv.startswith(f"{0o077} ")  # the server's umask
     assert _mode(store.config_file) == 0o600
 
 
