@@ -38,7 +38,9 @@ def test_the_object_store_signs_requests_keeps_objects_and_reads_its_secret_from
     assert env["JCLOUDS_PROVIDER"] == "filesystem-nio2"
     assert env["S3PROXY_CREDENTIAL"].startswith("${FLYWHEEL_S3_SECRET_ACCESS_KEY:?")  # never inline
     assert f"s3-data:{env['JCLOUDS_FILESYSTEM_BASEDIR']}" in s3["volumes"]
-    assert "mkdir -p /data/flywheel" in s3["entrypoint"][-1]  # the default bucket
+    script = s3["entrypoint"][-1]
+    assert "mkdir -p /data/flywheel" in script  # the default bucket
+    assert script.startswith("umask 077 && ") and "chmod 700 /data /data/flywheel" in script
 
 
 def test_every_service_has_a_healthcheck_and_the_registry_waits_for_kafka() -> None:
