@@ -83,8 +83,9 @@ class Settings:
             kafka=_port(env, f"{_PREFIX}STACK_KAFKA_PORT", StackPorts.kafka),
             controller=_port(env, f"{_PREFIX}STACK_CONTROLLER_PORT", StackPorts.controller),
             registry=_port(env, f"{_PREFIX}STACK_REGISTRY_PORT", StackPorts.registry),
+            s3=_port(env, f"{_PREFIX}STACK_S3_PORT", StackPorts.s3),
         )
-        if len({ports.kafka, ports.controller, ports.registry}) != 3:
+        if len({ports.kafka, ports.controller, ports.registry, ports.s3}) != 4:
             raise SettingsError(f"the local stack's ports must differ, got {ports}")
         kafka_config = {
             name[len(_KAFKA_PREFIX) :].lower().replace("_", "."): value

@@ -1,12 +1,15 @@
-"""`flywheel stack up|down|status`: the embedded local broker and schema registry."""
+"""`flywheel stack up|down|status|s3-env`: the embedded local broker, schema registry and object
+store."""
 
 from __future__ import annotations
 
+import shlex
 import time
 
 import click
 
 from flywheel.console import err, out
+from flywheel.errors import SettingsError
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings, public_url
 from flywheel.tables import Column, json_option, note, print_records
@@ -16,7 +19,7 @@ from streams.stack.local import LocalStack
 
 @click.group()
 def stack() -> None:
-    """Run the local Kafka broker (KRaft) and Apicurio schema registry."""
+    """Run the local Kafka broker (KRaft), Apicurio schema registry and S3 object store."""
 
 
 def _external_note(settings: Settings) -> None:
@@ -39,10 +42,12 @@ def print_topic_report(report: TopicReport) -> None:
 
 @stack.command()
 def up() -> None:
-    """Start the broker and registry (idempotent), wait until both answer, create topics.
+    """Start the broker, registry and object store (idempotent), wait until they answer, create
+    topics.
 
-    Artifacts are resolved from Maven Central on first use. Data, topics and schemas survive
-    `down`/`up`. Nothing is started when an external cluster is configured.
+    Artifacts are resolved from Maven Central on first use. Data, topics, schemas and objects
+    survive `down`/`up`. The object store (S3Proxy) serves the bucket `flywheel`; `flywheel stack
+    s3-env` prints its credentials. Nothing is started when an external cluster is configured.
     """
     settings = Settings.from_env()
     started_at = time.perf_counter()
@@ -59,7 +64,7 @@ def up() -> None:
 
 @stack.command()
 def down() -> None:
-    """Stop the broker and registry this state directory started. Data is kept."""
+    """Stop the broker, registry and object store this state directory started. Data is kept."""
     settings = Settings.from_env()
     if not settings.uses_local_stack:
         _external_note(settings)
@@ -93,10 +98,38 @@ def status(as_json: bool) -> None:
             _external_note(settings)
         note(f"client configuration: {settings.masked_kafka_config()}", as_json=as_json)
         return
+    local = LocalStack(settings.home, settings.ports)
     records = [
         {"service": s.name, "running": s.running, "pid": s.pid, "address": s.address,
          "version": s.version, "log": str(s.log)}
-        for s in LocalStack(settings.home, settings.ports).status()
+        for s in local.status()
     ]  # fmt: skip
     print_records(records, STATUS_COLUMNS, as_json=as_json)
     note(f"state directory: {settings.home}", as_json=as_json)
+    store = local.s3
+    note(
+        f"object store: s3://{store.bucket} at {store.endpoint}; credentials in "
+        f"{store.credentials_file} (`flywheel stack s3-env` prints them as exports)",
+        as_json=as_json,
+    )
+
+
+@stack.command("s3-env")
+def s3_env() -> None:
+    """Print `export` lines that point a shell at the local object store: its key pair (the
+    secret included), endpoint and region, for Flywheel, the AWS CLI, boto3, pyarrow and
+    mosaicml-streaming. Use: eval "$(flywheel stack s3-env)".
+
+    The key pair is generated on first use (`stack up` does it too) and kept in
+    <FLYWHEEL_HOME>/stack/s3/credentials (mode 0600). Fails with an external cluster configured:
+    set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and FLYWHEEL_S3_ENDPOINT for your own store.
+    """
+    settings = Settings.from_env()
+    if not settings.uses_local_stack:
+        raise SettingsError(
+            "an external cluster is configured, so no local object store is managed: set "
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and FLYWHEEL_S3_ENDPOINT for your store"
+        )
+    store = LocalStack(settings.home, settings.ports).s3
+    for name, value in store.client_environment().items():
+        click.echo(f"export {name}={shlex.quote(value)}")

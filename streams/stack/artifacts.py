@@ -55,7 +55,7 @@ def maven_executable() -> str:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(
-            "Maven (mvn) was not found; it resolves the broker and registry from Maven Central: "
+            "Maven (mvn) was not found; it resolves the stack's servers from Maven Central: "
             "install it (Debian/Ubuntu: `apt-get install maven`)"
         )
     return mvn
@@ -114,18 +114,36 @@ def kafka_libs(artifacts: Path) -> Path:
     return _publish(tmp, target)
 
 
+def _copy_artifact(coordinate: str, tmp: Path, what: str) -> None:
+    # dependency:copy needs no project; run it where no pom.xml can be picked up.
+    _run_maven(
+        ["dependency:copy", f"-Dartifact={coordinate}", f"-DoutputDirectory={tmp}"],
+        cwd=tmp,
+        what=what,
+    )
+
+
+def s3proxy_jar(artifacts: Path) -> Path:
+    """Path of S3Proxy's self-contained jar (its classifier `jar-with-dependencies`)."""
+    target = artifacts / f"s3proxy-{versions.S3PROXY_VERSION}"
+    if not _complete(target):
+        tmp = _fresh_tmp(target)
+        coordinate = f"org.gaul:s3proxy:{versions.S3PROXY_VERSION}:jar:jar-with-dependencies"
+        _copy_artifact(coordinate, tmp, f"S3Proxy {versions.S3PROXY_VERSION}")
+        _publish(tmp, target)
+    jars = sorted(target.glob("s3proxy-*.jar"))
+    if not jars:
+        raise StackError(f"no S3Proxy jar in {target}; delete that folder and run again")
+    return jars[0]
+
+
 def apicurio_app(artifacts: Path) -> Path:
     """Path of Apicurio Registry's runner jar, downloaded and unpacked once."""
     target = artifacts / f"apicurio-{versions.APICURIO_VERSION}"
     if not _complete(target):
         tmp = _fresh_tmp(target)
         coordinate = f"io.apicurio:apicurio-registry-app:{versions.APICURIO_VERSION}:tar.gz:all"
-        # dependency:copy needs no project; run it where no pom.xml can be picked up.
-        _run_maven(
-            ["dependency:copy", f"-Dartifact={coordinate}", f"-DoutputDirectory={tmp}"],
-            cwd=tmp,
-            what=f"Apicurio Registry {versions.APICURIO_VERSION}",
-        )
+        _copy_artifact(coordinate, tmp, f"Apicurio Registry {versions.APICURIO_VERSION}")
         archive = next(tmp.glob("*.tar.gz"))
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")

@@ -12,3 +12,4 @@ class StackPorts:
     kafka: int = 9092
     controller: int = 9093
     registry: int = 8081
+    s3: int = 9000

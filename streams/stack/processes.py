@@ -90,8 +90,9 @@ class ServiceProcess:
             self.pid_file.unlink(missing_ok=True)
         return None  # alive but not ours: the pid was reused (or the JVM is mid-exec)
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> int:
-        """Start `argv` detached (own session, output to the console log) and record its pid."""
+    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, umask: int = -1) -> int:
+        """Start `argv` detached (own session, output to the console log) and record its pid.
+        `umask` sets the file mode mask of what the service creates (-1: inherited)."""
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.console_log.parent.mkdir(parents=True, exist_ok=True)
         with self.console_log.open("ab") as log:
@@ -103,6 +104,7 @@ class ServiceProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # survives the CLI that started it; Ctrl-C is not passed on
+                umask=umask,
             )
         self.pid_file.write_text(f"{proc.pid}\n")
         return proc.pid

@@ -1,10 +1,12 @@
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from flywheel.cli import cli
+from ground.storage import StorageLocation
 
 
 def test_help_lists_the_commands() -> None:
@@ -19,7 +21,8 @@ def test_help_lists_the_commands() -> None:
 @pytest.mark.parametrize(
     "args",
     [["stack", "--help"], ["stack", "up", "--help"], ["stack", "down", "--help"],
-     ["stack", "status", "--help"], ["topics", "create", "--help"], ["topics", "list", "--help"],
+     ["stack", "status", "--help"], ["stack", "s3-env", "--help"],
+     ["topics", "create", "--help"], ["topics", "list", "--help"],
      ["demo", "--help"], ["simulate", "--help"], ["sink", "--help"], ["process", "--help"],
      ["learn", "--help"], ["report", "--help"], ["query", "--help"], ["models", "--help"],
      ["features", "--help"], ["doctor", "--help"], ["privacy", "--help"],
@@ -87,7 +90,11 @@ def test_the_sink_default_topics_keep_their_order() -> None:
 def test_stack_status_piped_prints_whole_values(tmp_path: Path) -> None:
     """Not a terminal (piped, CI): no column is cut to 80 characters; --json for scripts."""
     home = tmp_path / ("a-long-state-directory-name-" * 3)
-    env = {"FLYWHEEL_HOME": str(home), "FLYWHEEL_STACK_REGISTRY_PORT": "18081"}
+    env = {
+        "FLYWHEEL_HOME": str(home),
+        "FLYWHEEL_STACK_REGISTRY_PORT": "18081",
+        "FLYWHEEL_STACK_S3_PORT": "19001",
+    }
     result = CliRunner().invoke(cli, ["stack", "status"], env=env)
     assert result.exit_code == 0, result.output
     assert "http://127.0.0.1:18081/apis/ccompat/v7" in result.output
@@ -95,10 +102,41 @@ def test_stack_status_piped_prints_whole_values(tmp_path: Path) -> None:
     assert "…" not in result.output
     lines = result.stdout.splitlines()
     assert lines[0].split("\t") == ["service", "state", "pid", "address", "version", "log"]
-    assert len(lines) == 3 and all(len(line.split("\t")) == 6 for line in lines)
+    assert len(lines) == 4 and all(len(line.split("\t")) == 6 for line in lines)
     assert f"state directory: {home}" in result.stderr  # stdout holds only the records
+    notes = " ".join(result.stderr.split())  # the notes wrap at the terminal's width
+    assert "object store: s3://flywheel at http://127.0.0.1:19001;" in notes
     result = CliRunner().invoke(cli, ["stack", "status", "--json"], env=env)
     services = json.loads(result.stdout)
     registry = next(s for s in services if s["service"] == "registry")
     assert registry["address"] == "http://127.0.0.1:18081/apis/ccompat/v7"
     assert registry["running"] is False and registry["log"].startswith(str(home))
+
+
+def test_stack_s3_env_prints_exports_that_reach_the_local_store(tmp_path: Path) -> None:
+    env = {"FLYWHEEL_HOME": str(tmp_path), "FLYWHEEL_STACK_S3_PORT": "19000"}
+    result = CliRunner().invoke(cli, ["stack", "s3-env"], env=env)
+    assert result.exit_code == 0, result.output
+    exports = dict(
+        shlex.split(line.removeprefix("export "))[0].split("=", 1)
+        for line in result.stdout.splitlines()
+    )
+    credentials = tmp_path / "stack" / "s3" / "credentials"
+    assert f"AWS_SECRET_ACCESS_KEY={exports['AWS_SECRET_ACCESS_KEY']}" in credentials.read_text()
+    assert exports["FLYWHEEL_S3_ENDPOINT"] == "http://127.0.0.1:19000"
+    location = StorageLocation.parse("s3://flywheel/x", exports)
+    assert location.credentials is not None and location.credentials.access_key_id == "flywheel"
+    again = CliRunner().invoke(cli, ["stack", "s3-env"], env=env)
+    assert again.stdout == result.stdout  # generated once
+
+
+def test_stack_s3_env_with_an_external_cluster_names_the_fix(tmp_path: Path) -> None:
+    env = {
+        "FLYWHEEL_HOME": str(tmp_path),
+        "FLYWHEEL_BOOTSTRAP_SERVERS": "k:9092",
+        "FLYWHEEL_SCHEMA_REGISTRY_URL": "http://r:8081",
+    }
+    result = CliRunner().invoke(cli, ["stack", "s3-env"], env=env)
+    assert result.exit_code == 1
+    assert "set AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and FLYWHEEL_S3_ENDPOINT" in result.output
+    assert not (tmp_path / "stack").exists()

@@ -44,6 +44,15 @@ def test_bad_port_names_the_variable(value: str) -> None:
 def test_ports_must_differ() -> None:
     with pytest.raises(SettingsError, match="must differ"):
         Settings.from_env({"FLYWHEEL_STACK_REGISTRY_PORT": "9092"})
+    with pytest.raises(SettingsError, match="must differ"):
+        Settings.from_env({"FLYWHEEL_STACK_S3_PORT": "8081"})
+
+
+def test_the_object_store_port_is_a_setting() -> None:
+    assert Settings.from_env({}).ports.s3 == 9000
+    assert Settings.from_env({"FLYWHEEL_STACK_S3_PORT": "19000"}).ports.s3 == 19000
+    with pytest.raises(SettingsError, match="FLYWHEEL_STACK_S3_PORT"):
+        Settings.from_env({"FLYWHEEL_STACK_S3_PORT": "s3"})
 
 
 def test_kafka_settings_pass_through_and_secrets_are_masked() -> None:

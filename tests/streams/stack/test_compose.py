@@ -28,6 +28,19 @@ def test_versions_agree_with_the_local_stack() -> None:
     services = _services()
     assert services["kafka"]["image"] == versions.KAFKA_IMAGE
     assert services["schema-registry"]["image"] == versions.APICURIO_IMAGE
+    assert services["s3"]["image"] == versions.S3PROXY_IMAGE
+
+
+def test_the_object_store_signs_requests_keeps_objects_and_reads_its_secret_from_env() -> None:
+    s3 = _services()["s3"]
+    env = s3["environment"]
+    assert env["S3PROXY_AUTHORIZATION"] == "aws-v2-or-v4"
+    assert env["JCLOUDS_PROVIDER"] == "filesystem-nio2"
+    assert env["S3PROXY_CREDENTIAL"].startswith("${FLYWHEEL_S3_SECRET_ACCESS_KEY:?")  # never inline
+    assert f"s3-data:{env['JCLOUDS_FILESYSTEM_BASEDIR']}" in s3["volumes"]
+    script = s3["entrypoint"][-1]
+    assert "mkdir -p /data/flywheel" in script  # the default bucket
+    assert script.startswith("umask 077 && ") and "chmod 700 /data /data/flywheel" in script
 
 
 def test_every_service_has_a_healthcheck_and_the_registry_waits_for_kafka() -> None:
