@@ -32,7 +32,7 @@ from streams.privacy import Pseudonymizer
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC
 from tests.fleet.agent_tools_fixture import MODEL, TOOLS, Replica, script, tiny_chat_lm
 from tests.learner.recipes.agent_rl.agent_lake import window_rows, write_lake_file
-from tests.processors.joiner.test_joiner_worker import Topics, Worker, read
+from tests.processors.joiner.test_joiner_worker import Topics, Worker, read_decoded
 
 pytestmark = pytest.mark.integration
 
@@ -122,15 +122,13 @@ def test_served_sessions_reach_the_learner_as_masked_episodes(
     joiner = Worker(stack, topics, f"{unique}.joiner", tmp_path / "joiner.log")
     joiner.start()
     try:
-        raw = read(stack, topics.rewards, 5, 120, avro=False)  # 5 completions served
+        # 5 completions served
+        rewards = read_decoded(stack, codec, topics.rewards, REWARDS_TOPIC, Reward, 5, 120)
     finally:
         joiner.stop()
-    rewards = [Reward.from_record(codec.decode(REWARDS_TOPIC, v)) for v, _ in raw
-               if isinstance(v, bytes)]  # fmt: skip
     assert len(rewards) == 5, joiner.log.read_text()[-3000:]
-    completions = [AgentCompletion.from_record(codec.decode(COMPLETIONS_TOPIC, v)) for v, _ in
-                   read(stack, topics.by_platform[COMPLETIONS_TOPIC], 5, 30, avro=False)
-                   if isinstance(v, bytes)]  # fmt: skip
+    completions = read_decoded(stack, codec, topics.by_platform[COMPLETIONS_TOPIC],
+                               COMPLETIONS_TOPIC, AgentCompletion, 5, 30)  # fmt: skip
     by_id = {c.completion_id: c for c in completions}
     second = by_id[last["s-pass"]]
     assert second.turn == 1 and second.tool_call_names == ("submit",)

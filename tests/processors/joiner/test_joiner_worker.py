@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -31,6 +31,8 @@ from streams.admin import TopicAdmin
 from streams.serde import AvroCodec
 from streams.topics import COMPLETION_TOPICS, ROLLOUTS_TOPIC, TELEMETRY_TOPICS, TopicSpec
 from tests.sample_events import PRODUCER, offered
+
+E = TypeVar("E", bound=Event)
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +172,24 @@ def read(
     finally:
         consumer.close()
     return got
+
+
+def read_decoded(
+    settings: Settings,
+    codec: AvroCodec,
+    topic: str,
+    platform_topic: str,
+    event_type: type[E],
+    count: int,
+    timeout_s: float = 40,
+) -> list[E]:
+    """At least `count` events of `topic` (a test's copy of `platform_topic`, whose schema
+    decodes it) from the beginning, as `event_type` (fewer on timeout)."""
+    return [
+        event_type.from_record(codec.decode(platform_topic, value))
+        for value, _ in read(settings, topic, count, timeout_s, avro=False)
+        if isinstance(value, bytes)
+    ]
 
 
 def read_after_restart(settings: Settings, topic: str, count: int) -> list[Any]:

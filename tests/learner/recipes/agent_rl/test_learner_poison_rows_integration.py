@@ -32,7 +32,7 @@ from streams.topic_io import EventProducer
 from streams.topics import COMPLETIONS_TOPIC, REWARDS_TOPIC, ROLLOUTS_TOPIC
 from tests.fleet.agent_lm_fixture import tiny_lm
 from tests.learner.recipes.agent_rl.agent_lake import write_lake_file
-from tests.processors.joiner.test_joiner_worker import Topics, Worker, read
+from tests.processors.joiner.test_joiner_worker import Topics, Worker, read_decoded
 
 pytestmark = pytest.mark.integration
 
@@ -130,15 +130,13 @@ def test_overlong_rows_are_cut_or_left_out_and_the_learner_trains_the_next_versi
     joiner = Worker(stack, topics, f"{unique}.joiner", tmp_path / "joiner.log")
     joiner.start()
     try:
-        raw = read(stack, topics.rewards, len(trials) + len(served), 120, avro=False)
+        rewards = read_decoded(stack, codec, topics.rewards, REWARDS_TOPIC, Reward,
+                               len(trials) + len(served), 120)  # fmt: skip
     finally:
         joiner.stop()
-    rewards = [Reward.from_record(codec.decode(REWARDS_TOPIC, v)) for v, _ in raw
-               if isinstance(v, bytes)]  # fmt: skip
     assert len(rewards) == len(trials) + len(served), joiner.log.read_text()[-3000:]
-    completions = [AgentCompletion.from_record(codec.decode(COMPLETIONS_TOPIC, v)) for v, _ in
-                   read(stack, topics.by_platform[COMPLETIONS_TOPIC], 3, 30, avro=False)
-                   if isinstance(v, bytes)]  # fmt: skip
+    completions = read_decoded(stack, codec, topics.by_platform[COMPLETIONS_TOPIC],
+                               COMPLETIONS_TOPIC, AgentCompletion, 3, 30)  # fmt: skip
 
     # The sink's files, as the sink writes them.
     lake = tmp_path / "lake"
