@@ -17,6 +17,10 @@ Two products, from one list of view definitions (topic views, then the analyst v
   `lock_timeout_s`, then leaves it for the next refresh (a warning is logged) — queries are
   unaffected.
 
+A lake in an object store (`ground.store`) has no `catalog.duckdb`: its views read pyarrow
+datasets registered on the connection (`analytics.topic_views`), which a file cannot hold, so
+`connect()` is the way in there.
+
 Safe while the sink writes: the views read only `*.parquet`, and the sink renames whole files
 into place, so a query sees each file completely or not at all.
 """
@@ -33,8 +37,9 @@ from pathlib import Path
 import duckdb
 
 from analytics.errors import CatalogError, EmptyLakeError
-from analytics.topic_views import quote_identifier, topic_views
+from analytics.topic_views import TopicView, quote_identifier, register_datasets, topic_views
 from analytics.views import ANALYST_VIEWS
+from ground.store import Store
 
 CATALOG_FILE = "catalog.duckdb"
 META_TABLE = "flywheel_catalog"
@@ -56,7 +61,7 @@ class ViewDefinition:
     has_files: bool = True
 
 
-def empty_lake_message(lake: Path) -> str:
+def empty_lake_message(lake: Path | Store) -> str:
     """What to say when `lake` has no Parquet file: where it looked and how to fill it."""
     return (
         f"the lake {lake} holds no Parquet files yet; fill it with `flywheel demo` (the whole "
@@ -65,17 +70,23 @@ def empty_lake_message(lake: Path) -> str:
 
 
 class Catalog:
-    """The catalog of one lake directory (see the module docstring)."""
+    """The catalog of one lake: a directory or a store (see the module docstring)."""
 
-    def __init__(self, lake: Path, *, lock_timeout_s: float = 2.0) -> None:
-        self.lake = lake.expanduser().absolute()
+    def __init__(self, lake: Path | Store, *, lock_timeout_s: float = 2.0) -> None:
+        if isinstance(lake, Store) and lake.local_dir is not None:
+            lake = lake.local_dir
+        # A local lake is a Path (catalog.duckdb beside it); an object store stays a Store.
+        self.lake: Path | Store = lake if isinstance(lake, Store) else lake.expanduser().absolute()
+        self._topics: list[TopicView] = []
         self.lock_timeout_s = lock_timeout_s
         self.skipped: dict[str, str] = {}  # analyst view -> why it could not be created
         self.rewrote = False  # whether the last connect/refresh rewrote catalog.duckdb
 
     @property
     def path(self) -> Path:
-        """`<lake>/catalog.duckdb`."""
+        """`<lake>/catalog.duckdb` (a local lake's)."""
+        if isinstance(self.lake, Store):
+            raise CatalogError(f"a lake in an object store ({self.lake}) has no catalog file")
         return self.lake / CATALOG_FILE
 
     def definitions(self) -> list[ViewDefinition]:
@@ -83,7 +94,7 @@ class Catalog:
 
         Raises EmptyLakeError when no topic directory holds a Parquet file.
         """
-        topics = topic_views(self.lake)
+        topics = self._topics = topic_views(self.lake)
         if not any(t.has_files for t in topics):
             raise EmptyLakeError(empty_lake_message(self.lake))
         defs = [
@@ -114,8 +125,10 @@ class Catalog:
         try:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET parquet_metadata_cache = true")
+            if isinstance(self.lake, Store):
+                register_datasets(con, self.lake, self._topics)
             self.skipped = create_views(con, defs)
-            self.rewrote = self._sync_file(defs)
+            self.rewrote = False if isinstance(self.lake, Store) else self._sync_file(defs)
         except BaseException:
             con.close()
             raise

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from analytics.catalog import META_TABLE, Catalog
 from analytics.errors import AnalyticsError, QueryError, UnknownViewError
+from ground.store import Store
 
 
 @dataclass(frozen=True)
@@ -34,22 +35,26 @@ class ViewInfo:
     columns: tuple[tuple[str, str], ...]
 
 
-def resolve_lake(lake: Path | str | None) -> Path:
-    """`lake` as a path; AnalyticsError naming the fix when it is None."""
+def resolve_lake(lake: Path | str | Store | None) -> Path | Store:
+    """`lake` as a directory, or a store for an `s3://` URI (credentials and endpoint from the
+    environment, `ground.storage`); AnalyticsError naming the fix when it is None."""
     if lake is None:
         raise AnalyticsError(
             "no lake given: pass the lake directory (e.g. analytics.query(sql, '.flywheel/lake')) "
             "or a connection from analytics.connect(lake) as con="
         )
-    return Path(lake)
+    if isinstance(lake, Store):
+        return lake
+    return Store.at(str(lake)) if str(lake).startswith("s3://") else Path(lake)
 
 
-def connect(lake: Path | str) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with every catalog view (see `Catalog.connect`).
+def connect(lake: Path | str | Store) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with every catalog view (see `Catalog.connect`); `lake`
+    is a directory, an `s3://bucket/prefix` or a store.
 
     Raises EmptyLakeError when the lake has no Parquet file yet.
     """
-    return Catalog(Path(lake)).connect()
+    return Catalog(resolve_lake(lake)).connect()
 
 
 def query(

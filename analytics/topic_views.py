@@ -14,6 +14,16 @@ A lake topic (one of `streams.topics.LAKE_TOPIC_SCHEMAS`) with no file yet still
 view: an empty one with the columns its Avro schema gives in the lake, so the analyst views over
 it are always creatable and return no rows instead of failing. Other topic directories get a
 view only once they hold a file.
+
+A lake in an object store (`ground.store`; DuckDB's own S3 reader is an extension that
+downloads at run time, which many machines cannot) is read through pyarrow instead: each topic's
+visible files, listed once when the views are made (`scan_topic`, so a compaction's superseded
+inputs are left out), become a pyarrow dataset with the same hive columns, registered in DuckDB
+as `_files_<view>` (`register_datasets`); the view selects from it with the same dedupe. DuckDB
+pushes filters and projections into the dataset scan, so `dt`/`hour` filters prune files. The
+file list is fixed per connection: open a new one (`flywheel query` does, per run) to see newer
+files. The schema is the topic's Avro schema in lake form (`arrow_schema`), so files of older
+schema versions read their missing columns as NULL, as `union_by_name` does on disk.
 """
 
 from __future__ import annotations
@@ -22,14 +32,15 @@ import functools
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from analytics.errors import CatalogError
 from contracts.arrow_schema import arrow_schema
-from contracts.lake_layout import SUFFIX
+from contracts.lake_layout import SUFFIX, scan_topic
+from ground.store import Store
 from schemas.catalog import load_schema
 from streams.topics import LAKE_TOPIC_SCHEMAS, TOPIC_VALUE_SCHEMAS
 
@@ -46,6 +57,7 @@ class TopicView:
     name: str
     has_files: bool
     sql: str  # the SELECT the view is defined as
+    files: tuple[str, ...] = field(default=(), repr=False)  # an object store's: its dataset
 
 
 def view_name(topic: str) -> str:
@@ -93,13 +105,19 @@ def _parquet_files(root: Path) -> Iterator[Path]:
                 yield Path(directory) / name
 
 
-def topic_views(lake: Path) -> list[TopicView]:
+def topic_views(lake: Path | Store) -> list[TopicView]:
     """The topic views of `lake`: every topic with files, then every platform topic without
     files (typed, empty), sorted by view name. Two topics mapping to one view name (`a.b` and
     `a_b`) would collide: CatalogError naming both."""
-    lake = lake.absolute()
-    with_files = topics_with_files(lake)
-    views = [TopicView(t, view_name(t), True, parquet_sql(lake, t)) for t in with_files]
+    if isinstance(lake, Store) and lake.is_local:
+        lake = Path(lake.root)
+    if isinstance(lake, Store):
+        views = _store_views(lake)
+        with_files = [v.topic for v in views]
+    else:
+        lake = lake.absolute()
+        with_files = topics_with_files(lake)
+        views = [TopicView(t, view_name(t), True, parquet_sql(lake, t)) for t in with_files]
     views += [
         TopicView(t, view_name(t), False, empty_sql(t))
         for t in LAKE_TOPIC_SCHEMAS
@@ -123,10 +141,65 @@ def parquet_sql(lake: Path, topic: str) -> str:
     pattern = sql_string(str(lake / topic / "**" / f"*{SUFFIX}"))
     hive_types = ", ".join(f"{sql_string(k)}: {sql_string(t)}" for k, t in HIVE_COLUMNS)
     # Every interpolated value went through sql_string (quotes doubled): no injection.
-    select = (
+    return deduplicated(
         f"SELECT * FROM read_parquet({pattern}, hive_partitioning = true, "  # noqa: S608
-        f"union_by_name = true, hive_types = {{{hive_types}}})"
+        f"union_by_name = true, hive_types = {{{hive_types}}})",
+        topic,
     )
+
+
+def dataset_relation(view: str) -> str:
+    """The name a store-backed view's pyarrow dataset is registered under."""
+    return f"_files_{view}"
+
+
+def _store_views(lake: Store) -> list[TopicView]:
+    views = []
+    for topic in _store_topics(lake):
+        files = tuple(f.path for part in scan_topic(lake, topic).files.values() for f in part)
+        if files:
+            name = view_name(topic)
+            select = f"SELECT * FROM {quote_identifier(dataset_relation(name))}"  # noqa: S608
+            views.append(TopicView(topic, name, True, deduplicated(select, topic), files))
+    return views
+
+
+def _store_topics(lake: Store) -> list[str]:
+    """The topic "directories" directly under an object-store lake (one delimiter listing)."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(lake.root, allow_not_found=True)
+    try:
+        infos = lake.fs.get_file_info(selector)
+    except OSError as exc:
+        raise CatalogError(f"cannot list the lake {lake}: {exc}; check FLYWHEEL_LAKE") from exc
+    names = (i.base_name for i in infos if i.type == fs.FileType.Directory)
+    return sorted(n for n in names if not n.startswith(".") and _TOPIC.fullmatch(n))
+
+
+def register_datasets(con: duckdb.DuckDBPyConnection, lake: Store, views: list[TopicView]) -> None:
+    """Register the pyarrow dataset of each store-backed view on `con` (module docstring)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    hive = pa.schema([("dt", pa.date32()), ("hour", pa.int32())])
+    for view in views:
+        if not view.files:
+            continue
+        base = lake.path(view.topic)
+        schema = None
+        if view.topic in TOPIC_VALUE_SCHEMAS:
+            lake_schema = arrow_schema(load_schema(TOPIC_VALUE_SCHEMAS[view.topic]))
+            schema = pa.schema([*lake_schema, *hive], metadata=lake_schema.metadata)
+        dataset = ds.dataset(
+            list(view.files), schema=schema, format="parquet", filesystem=lake.fs,
+            partitioning=ds.partitioning(hive, flavor="hive"), partition_base_dir=base,
+        )  # fmt: skip
+        con.register(dataset_relation(view.name), dataset)
+
+
+def deduplicated(select: str, topic: str) -> str:
+    """`select` (all of a topic's rows) keeping one row per event of a platform topic."""
     key = dedupe_key(topic)
     if key is None:
         return select

@@ -14,23 +14,26 @@ superseded files apart from the visible ones, so every reader of the layout sees
 once at any moment; whoever holds the partition (the sink) or the lake's maintenance lock
 deletes them.
 
-Files are written under a temporary name, `.<final name>.<token>.tmp`, in the same directory: it
-starts with a dot and does not end in `.parquet`, so no `*.parquet` glob (DuckDB, pyarrow) ever
-matches a file being written.
+The lake is a `ground.store.Store`: a local directory or an S3 prefix. On local disk files are
+written under a temporary name, `.<final name>.<token>.tmp`, in the same directory: it starts
+with a dot and does not end in `.parquet`, so no `*.parquet` glob (DuckDB, pyarrow) ever matches
+a file being written. In an object store a file appears with its upload's completion, whole.
+Either way a file, once visible, is the commit of its range: a partition resumes at the largest
+`last` + 1 (`TopicScan.resume_offsets`). docs/object-storage.md compares this protocol with the
+Iceberg Kafka Connect sink's.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from contracts.errors import LakeLayoutError
+from ground.store import Store
 
 SUFFIX = ".parquet"
 TEMP_SUFFIX = ".tmp"
@@ -50,7 +53,11 @@ class LakeFile:
     partition: int
     first: int
     last: int
-    path: Path = field(compare=False)
+    path: str = field(compare=False)  # in the store's filesystem (`Store.fs`)
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -60,7 +67,7 @@ class TopicScan:
     temporary files left behind by a writer that died."""
 
     files: dict[int, list[LakeFile]] = field(default_factory=dict)
-    temps: dict[int, list[Path]] = field(default_factory=dict)
+    temps: dict[int, list[str]] = field(default_factory=dict)  # keys in the store
     superseded: dict[int, list[LakeFile]] = field(default_factory=dict)
 
     def resume_offsets(self) -> dict[int, int]:
@@ -80,24 +87,20 @@ def file_name(topic: str, partition: int, first: int, last: int) -> str:
     return f"{topic}+{partition}+{first}+{last}{SUFFIX}"
 
 
-def parse_file_name(path: Path) -> LakeFile | None:
+def parse_file_name(path: str | Path) -> LakeFile | None:
     """The range a lake file name encodes, or None for any other name (temp files included)."""
-    match = _FILE.fullmatch(path.name)
+    text = str(path)
+    match = _FILE.fullmatch(text.rsplit("/", 1)[-1])
     if match is None:
         return None
     return LakeFile(
-        match["topic"], int(match["partition"]), int(match["first"]), int(match["last"]), path
+        match["topic"], int(match["partition"]), int(match["first"]), int(match["last"]), text
     )
 
 
-def temp_path(final: Path) -> Path:
-    """A fresh temporary name beside `final`, unique per call (two writers never collide)."""
-    return final.with_name(f".{final.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
-
-
-def temp_partition(path: Path) -> tuple[str, int] | None:
-    """(topic, partition) of a temporary lake file name, or None if `path` is not one."""
-    match = _TEMP.fullmatch(path.name)
+def temp_partition(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a temporary lake file name, or None if `name` is not one."""
+    match = _TEMP.fullmatch(name)
     return None if match is None else (match["topic"], int(match["partition"]))
 
 
@@ -111,10 +114,15 @@ def hour_of_ms(epoch_ms: int) -> int:
     return epoch_ms // (SECONDS_PER_HOUR * 1000)
 
 
-def hour_dir(lake: Path, topic: str, hour: int) -> Path:
-    """`<lake>/<topic>/dt=YYYY-MM-DD/hour=HH` of an hour since the epoch (UTC)."""
+def hour_key(topic: str, hour: int) -> str:
+    """`<topic>/dt=YYYY-MM-DD/hour=HH` of an hour since the epoch (UTC), below the lake root."""
     start = datetime.fromtimestamp(hour * SECONDS_PER_HOUR, UTC)
-    return lake / topic / f"dt={start:%Y-%m-%d}" / f"hour={start:%H}"
+    return f"{topic}/dt={start:%Y-%m-%d}/hour={start:%H}"
+
+
+def hour_dir(lake: Path, topic: str, hour: int) -> Path:
+    """`<lake>/<topic>/dt=YYYY-MM-DD/hour=HH` of a local lake."""
+    return lake / hour_key(topic, hour)
 
 
 def parse_hour_dir(directory: Path) -> int | None:
@@ -131,9 +139,15 @@ def parse_hour_dir(directory: Path) -> int | None:
     return hour_of(start)
 
 
+def file_key(topic: str, partition: int, first: int, last: int, hour: int) -> str:
+    """The key, below the lake root, of a file of `topic`/`partition` covering [first, last]
+    in `hour`."""
+    return f"{hour_key(topic, hour)}/{file_name(topic, partition, first, last)}"
+
+
 def file_path(lake: Path, topic: str, partition: int, first: int, last: int, hour: int) -> Path:
-    """The final path of a file of `topic`/`partition` covering [first, last] in `hour`."""
-    return hour_dir(lake, topic, hour) / file_name(topic, partition, first, last)
+    """`file_key` below a local lake directory."""
+    return lake / file_key(topic, partition, first, last, hour)
 
 
 def topic_dirs(lake: Path) -> list[str]:
@@ -143,18 +157,22 @@ def topic_dirs(lake: Path) -> list[str]:
     return sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def scan_topic(lake: Path, topic: str) -> TopicScan:
+def scan_topic(lake: Store | Path, topic: str) -> TopicScan:
     """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty);
-    superseded files go to `superseded`, not `files` (module docstring)."""
+    superseded files go to `superseded`, not `files` (module docstring). A Path is a local
+    lake."""
+    lake = Store.at(lake) if isinstance(lake, Path) else lake
     scan = TopicScan()
-    for path in _walk_files(lake / topic):
-        found = parse_file_name(path)
+    for stored in lake.files(topic):
+        found = parse_file_name(stored.key)
         if found is not None and found.topic == topic:
-            scan.files.setdefault(found.partition, []).append(found)
+            located = LakeFile(found.topic, found.partition, found.first, found.last,
+                               lake.path(stored.key))  # fmt: skip
+            scan.files.setdefault(found.partition, []).append(located)
             continue
-        temp = temp_partition(path)
+        temp = temp_partition(stored.name)
         if temp is not None and temp[0] == topic:
-            scan.temps.setdefault(temp[1], []).append(path)
+            scan.temps.setdefault(temp[1], []).append(stored.key)
     for partition, files in scan.files.items():
         visible, superseded = split_superseded(files)
         scan.files[partition] = visible
@@ -181,13 +199,6 @@ def split_superseded(files: Iterable[LakeFile]) -> tuple[list[LakeFile], list[La
     return sorted(visible), sorted(superseded)
 
 
-def _walk_files(root: Path) -> Iterator[Path]:
-    # os.walk ignores a missing root; files vanishing mid-walk (another sink renaming) are fine.
-    for directory, _, names in os.walk(root):
-        for name in names:
-            yield Path(directory) / name
-
-
 def range_problems(files: Iterable[LakeFile], start: int | None = None) -> list[str]:
     """Gaps and overlaps between one partition's files, in offset order; [] when they tile
     [start or the first file's first, the last file's last] exactly.
@@ -199,6 +210,6 @@ def range_problems(files: Iterable[LakeFile], start: int | None = None) -> list[
     for f in sorted(files):
         if expected is not None and f.first != expected:
             kind = "gap" if f.first > expected else "overlap"
-            problems.append(f"{kind} before {f.path.name}: expected first offset {expected}")
+            problems.append(f"{kind} before {f.name}: expected first offset {expected}")
         expected = f.last + 1
     return problems

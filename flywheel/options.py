@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -112,6 +113,42 @@ def listen_options(default_port: int) -> Callable[[F], F]:
         )(f)
 
     return decorate
+
+
+_LAKE_DEFAULT = "Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake."
+
+
+def lake_option(*, stores: bool, what: str = "") -> Callable[[F], F]:
+    """`--lake`: with `stores`, a directory or an `s3://bucket/prefix` (a string the command
+    resolves with `Settings.storage`); without, a local directory only, and a URI is refused
+    naming docs/object-storage.md (the command works on local lakes only so far)."""
+    if stores:
+        return click.option(
+            "--lake", "lake", default=None, metavar="DIR|s3://BUCKET/PREFIX",
+            help=f"The lake{what}: a directory or an S3 prefix (docs/object-storage.md). "
+            + _LAKE_DEFAULT,
+        )  # fmt: skip
+    return click.option(
+        "--lake", "lake", type=LocalDirectory(), default=None,
+        help=f"Lake directory{what}. " + _LAKE_DEFAULT,
+    )  # fmt: skip
+
+
+class LocalDirectory(click.Path):
+    """A directory on local disk; an `s3://` (or any `://`) URI fails with the fix."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "://" in value:
+            self.fail(
+                f"{value} is not a local directory: this command works on a lake on local disk "
+                "only so far (docs/object-storage.md lists what works on an object store)",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
 
 
 def parse_topics(values: Iterable[str]) -> dict[str, str | None]:

@@ -9,11 +9,14 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from flywheel.errors import SettingsError
+from ground.storage import ENDPOINT_VARIABLES, StorageLocation
+from ground.store import Store
 from streams.stack.ports import StackPorts
 
 _PREFIX = "FLYWHEEL_"
 # FLYWHEEL_KAFKA_SASL_PASSWORD -> sasl.password: passed through to librdkafka / aiokafka.
 _KAFKA_PREFIX = "FLYWHEEL_KAFKA_"
+_STORAGE_PREFIXES = ("AWS_", "FLYWHEEL_S3_")
 _SECRET_WORDS = ("password", "secret", "key", "token", "credentials")
 MASK = "****"
 
@@ -54,22 +57,29 @@ class Settings:
 
     `bootstrap_servers` and `schema_registry_url` are both set (an external cluster: nothing is
     started locally) or both None (the embedded local stack under `home` is used).
+
+    `lake_uri` is FLYWHEEL_LAKE: a directory (default `$FLYWHEEL_HOME/lake`) or `s3://bucket/
+    prefix` (`lake_store`).
     """
 
     home: Path
-    lake: Path
+    lake_uri: str
     bootstrap_servers: str | None = None
     schema_registry_url: str | None = None
     ports: StackPorts = field(default_factory=StackPorts)
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     pseudonym_key: str | None = field(default=None, repr=False)  # secret: never printed
+    # The S3 variables of the environment read (`ground.storage`): secrets, never printed.
+    storage_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read settings from `env` (default: `os.environ`); raises SettingsError naming the fix."""
         env = os.environ if env is None else env
         home = Path(env.get(f"{_PREFIX}HOME") or ".flywheel").expanduser().absolute()
-        lake = Path(env.get(f"{_PREFIX}LAKE") or home / "lake").expanduser().absolute()
+        lake = env.get(f"{_PREFIX}LAKE") or str(home / "lake")
+        if "://" not in lake:
+            lake = str(Path(lake).expanduser().absolute())
         bootstrap = env.get(f"{_PREFIX}BOOTSTRAP_SERVERS") or None
         registry = env.get(f"{_PREFIX}SCHEMA_REGISTRY_URL") or None
         if (bootstrap is None) != (registry is None):
@@ -93,7 +103,42 @@ class Settings:
             if name.startswith(_KAFKA_PREFIX)
         }
         pseudonym_key = env.get(f"{_PREFIX}PSEUDONYM_KEY") or None
-        return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key)
+        storage_env = {n: v for n, v in env.items() if n.startswith(_STORAGE_PREFIXES)}
+        return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key, storage_env)
+
+    @property
+    def lake_on_disk(self) -> bool:
+        """True when the lake is a local directory, False for an object store."""
+        return not self.lake_uri.startswith("s3://")
+
+    @property
+    def lake(self) -> Path:
+        """The lake's directory. SettingsError when FLYWHEEL_LAKE is an object store: the
+        commands that read the lake through `lake_store` (the sink, `flywheel query`) work
+        there; the others need a local lake for now (docs/object-storage.md)."""
+        if not self.lake_on_disk:
+            raise SettingsError(
+                f"FLYWHEEL_LAKE={self.lake_uri} is an object store, and this command works on a "
+                "lake on local disk only so far (docs/object-storage.md lists those that work on "
+                "the store); set FLYWHEEL_LAKE to a directory to run it"
+            )
+        return Path(self.lake_uri)
+
+    def lake_store(self) -> Store:
+        """The lake as a store. For `s3://` on the embedded local stack, with no endpoint set
+        (FLYWHEEL_S3_ENDPOINT or AWS_ENDPOINT_URL), the stack's object store and key pair are
+        used; otherwise the environment's (`ground.storage`)."""
+        return Store.at(self.storage(self.lake_uri))
+
+    def storage(self, uri: str) -> StorageLocation:
+        """`uri` as a storage location, S3 settings as `lake_store` describes."""
+        env = self.storage_env
+        configured = any(env.get(v) for v in ENDPOINT_VARIABLES)
+        if uri.startswith("s3://") and self.uses_local_stack and not configured:
+            from streams.stack.local import LocalStack
+
+            env = LocalStack(self.home, self.ports).s3.client_environment()
+        return StorageLocation.parse(uri, env)
 
     @property
     def uses_local_stack(self) -> bool:
@@ -122,7 +167,7 @@ class Settings:
 
     def __repr__(self) -> str:
         return (
-            f"Settings(home={str(self.home)!r}, lake={str(self.lake)!r}, "
+            f"Settings(home={str(self.home)!r}, lake={self.lake_uri!r}, "
             f"bootstrap={self.kafka_bootstrap!r}, registry={public_url(self.registry_url)!r}, "
             f"local_stack={self.uses_local_stack}, kafka_config={self.masked_kafka_config()!r})"
         )

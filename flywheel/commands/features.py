@@ -29,7 +29,13 @@ from flywheel.metrics import (
     metrics_endpoint,
     metrics_options,
 )
-from flywheel.options import Duration, listen_options, status_every_option, topic_option
+from flywheel.options import (
+    Duration,
+    lake_option,
+    listen_options,
+    status_every_option,
+    topic_option,
+)
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from flywheel.tables import Column, json_option, print_records
@@ -197,12 +203,7 @@ def serve(host: str, port: int, **options: Any) -> None:
     help="Base URL of `flywheel features serve`.",
 )
 @click.option("--offline", is_flag=True, help="Compute from the lake instead of asking `serve`.")
-@click.option(
-    "--lake",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Lake directory for --offline. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
-)
+@lake_option(stores=False, what=" for --offline")
 @_features_file
 @json_option
 def get(

@@ -8,7 +8,7 @@ import click
 from rich.progress import Progress, TaskID
 
 from flywheel.console import err
-from flywheel.options import ByteSize, Duration
+from flywheel.options import ByteSize, Duration, lake_option
 from flywheel.settings import Settings
 from flywheel.tables import Column, json_option, note, print_records
 
@@ -21,13 +21,7 @@ def lake() -> None:
 
 
 @lake.command()
-@click.option(
-    "--lake",
-    "lake_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
-)
+@lake_option(stores=False)
 @click.option(
     "--topic",
     "topics",
@@ -62,7 +56,7 @@ def lake() -> None:
 @click.option("--dry-run", is_flag=True, help="Change nothing; report what would be done.")
 @json_option
 def compact(
-    lake_dir: Path | None, topics: tuple[str, ...], min_age_s: float, target_bytes: int,
+    lake: Path | None, topics: tuple[str, ...], min_age_s: float, target_bytes: int,
     retention_s: float | None, dry_run: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Merge each closed hour's small files, per topic and partition, into a few large ones.
@@ -75,7 +69,7 @@ def compact(
     """
     from processors.lake.compaction import compact_lake
 
-    root = (lake_dir or Settings.from_env().lake).absolute()
+    root = (lake or Settings.from_env().lake).absolute()
     with Progress(console=err, transient=True, disable=as_json) as bar:
         tasks: dict[str, TaskID] = {}
 

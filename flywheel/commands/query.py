@@ -14,8 +14,10 @@ from analytics.catalog import Catalog
 from analytics.output import FORMATS, Format, render_text, rich_table, write_file
 from analytics.query import list_views, to_arrow
 from flywheel.console import out
+from flywheel.options import lake_option
 from flywheel.settings import Settings
 from flywheel.tables import Column, note, print_records
+from ground.store import Store
 
 
 def _read_sql(sql: str | None, sql_file: Path | None) -> str:
@@ -68,12 +70,7 @@ def _read_sql(sql: str | None, sql_file: Path | None) -> str:
     is_flag=True,
     help="With --views: the views as one JSON array. (Query results: --format json.)",
 )
-@click.option(
-    "--lake",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
-)
+@lake_option(stores=True)
 @click.option(
     "--limit",
     default=100,
@@ -88,7 +85,7 @@ def query(
     out_path: Path | None,
     show_views: bool,
     as_json: bool,
-    lake: Path | None,
+    lake: str | None,
     limit: int,
 ) -> None:
     """Run SQL against the lake's views and print the result.
@@ -102,7 +99,8 @@ def query(
 
       flywheel query --format parquet --out rewards.parquet "select * from rewards"
     """
-    catalog = Catalog(Settings.from_env().lake if lake is None else lake)
+    settings = Settings.from_env()
+    catalog = Catalog(settings.lake_store() if lake is None else Store.at(settings.storage(lake)))
     if show_views:
         _print_views(catalog, as_json)
         return

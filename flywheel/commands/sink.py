@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import click
 
 from flywheel.console import err, out
 from flywheel.logs import ensure_logging
 from flywheel.metrics import SinkCollector, metrics_endpoint, metrics_options
-from flywheel.options import Duration, resolve_topics, status_every_option, topic_option
+from flywheel.options import (
+    Duration,
+    lake_option,
+    resolve_topics,
+    status_every_option,
+    topic_option,
+)
 from flywheel.settings import Settings
 from flywheel.signals import stop_on_signals
 from ground.errors import FlywheelError
@@ -25,12 +30,7 @@ DEFAULT_TOPICS = tuple(LAKE_TOPIC_SCHEMAS)
 
 @click.command()
 @topic_option("Topics to sink. Default: every platform topic with events (not dlq.*, not index.*).")
-@click.option(
-    "--lake",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Lake directory. Default: FLYWHEEL_LAKE, else $FLYWHEEL_HOME/lake.",
-)
+@lake_option(stores=True)
 @click.option(
     "--group", default="flywheel.lake-sink", show_default=True, help="Kafka consumer group."
 )
@@ -87,7 +87,7 @@ DEFAULT_TOPICS = tuple(LAKE_TOPIC_SCHEMAS)
 @metrics_options
 def sink(
     topics: dict[str, str | None],
-    lake: Path | None,
+    lake: str | None,
     group: str,
     instance_id: str | None,
     dlq_topic: str,
@@ -106,27 +106,28 @@ def sink(
     Files appear at lake/<topic>/dt=YYYY-MM-DD/hour=HH/<topic>+<partition>+<first>+<last>.parquet;
     records that do not decode or validate go to the DLQ topic with headers naming the cause.
     Ctrl-C (or SIGTERM) writes the buffers, commits and exits; a crash loses nothing: the next
-    start resumes from the files on disk.
+    start resumes from the files in the lake.
     """
     # Imported here so `--help` does not load the Kafka client and pyarrow.
     from flywheel.clients import codec as make_codec
+    from ground.store import Store
     from processors.lake import LakeSink, RotationLimits
 
     ensure_logging("sink")
     settings = Settings.from_env()
-    lake_dir = (lake or settings.lake).absolute()
     chosen = resolve_topics(topics, TOPIC_VALUE_SCHEMAS) if topics else {}
     names = list(chosen) or list(DEFAULT_TOPICS)
     decode_as = {name: schema for name, schema in chosen.items() if schema != name}
     try:
         limits = RotationLimits(max_rows, int(max_mib * MIB), max_age_s, int(memory_mib * MIB))
+        store = settings.lake_store() if lake is None else Store.at(settings.storage(lake))
         codec = make_codec(settings)
         for schema_topic in {decode_as.get(t, t) for t in names} & set(TOPIC_VALUE_SCHEMAS):
             codec.register(schema_topic)  # fails fast, naming the fix, if the registry is down
         lake_sink = LakeSink(
             settings.kafka_client_config(),
             codec,
-            lake_dir,
+            store,
             names,
             group_id=group,
             limits=limits,
@@ -139,7 +140,7 @@ def sink(
         with metrics_endpoint(metrics_port, metrics_host, registry):
             stop = stop_on_signals()
             out.print(
-                f"[green]sink[/] {len(names)} topic(s) -> {lake_dir} (group {group}, dead "
+                f"[green]sink[/] {len(names)} topic(s) -> {store} (group {group}, dead "
                 f"letters to {dlq_topic}){'; draining once' if once else '; Ctrl-C to stop'}"
             )
             status = lake_sink.run(

@@ -25,6 +25,7 @@ from hashlib import sha256
 from pathlib import Path
 
 from contracts.lake_layout import LakeFile, scan_topic
+from ground.store import Store
 from learner.data.window_manifest import (
     TEMP_PREFIX,
     WINDOW_RECORD_NAME,
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 def window_name(seq: int, files: Sequence[LakeFile]) -> str:
     """``w<seq, 6 digits>-<12 hex>``: the hash covers the sorted names of the window's files."""
-    digest = sha256("\n".join(sorted(f.path.name for f in files)).encode()).hexdigest()
+    digest = sha256("\n".join(sorted(f.name for f in files)).encode()).hexdigest()
     return f"w{seq:06d}-{digest[:12]}"
 
 
@@ -58,7 +59,7 @@ def pending_files(lake: Path, manifest: Manifest, topic: str = REWARDS_TOPIC) ->
     ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for t, partition, first, last in done:
         ranges.setdefault((t, partition), []).append((first, last))
-    scan = scan_topic(lake, topic)
+    scan = scan_topic(Store.at(lake), topic)
     pending = []
     for f in sorted(f for part in scan.files.values() for f in part):
         if (f.topic, f.partition, f.first, f.last) in done:
@@ -123,5 +124,6 @@ def dataset_lock(root: Path, wait_s: float = 60.0) -> Iterator[None]:
 
 
 def lake_ref(lake: Path, f: LakeFile) -> LakeFileRef:
-    path = f.path.relative_to(lake) if f.path.is_relative_to(lake) else f.path
-    return LakeFileRef(f.topic, f.partition, f.first, f.last, str(path))
+    path = Path(f.path)
+    relative = path.relative_to(lake) if path.is_relative_to(lake) else path
+    return LakeFileRef(f.topic, f.partition, f.first, f.last, str(relative))

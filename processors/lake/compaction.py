@@ -45,6 +45,7 @@ from contracts.lake_layout import (
     scan_topic,
     topic_dirs,
 )
+from ground.store import Store
 from processors.lake.erasure import RetentionReport, retain
 from processors.lake.errors import LakeError
 from processors.lake.maintenance import maintenance_lock
@@ -71,7 +72,7 @@ class CompactionRun:
         """The merged file: the run's directory, named by its whole range."""
         first, last = self.files[0], self.files[-1]
         name = file_name(first.topic, first.partition, first.first, last.last)
-        return first.path.parent / name
+        return Path(first.path).parent / name
 
 
 @dataclass
@@ -101,14 +102,14 @@ def closed(directory: Path, now: datetime, min_age_s: float) -> bool:
 
 
 def select_runs(
-    files: Iterable[LakeFile], sizes: Mapping[Path, int], target_bytes: int
+    files: Iterable[LakeFile], sizes: Mapping[str, int], target_bytes: int
 ) -> list[CompactionRun]:
     """The runs to merge among one partition's `files` (see the module docstring): per hour
     directory, in offset order, contiguous files each below `target_bytes` whose sizes add up
     to at most `target_bytes`; only runs of two or more files."""
     by_dir: dict[Path, list[LakeFile]] = {}
     for f in files:
-        by_dir.setdefault(f.path.parent, []).append(f)
+        by_dir.setdefault(Path(f.path).parent, []).append(f)
     runs: list[CompactionRun] = []
     for directory in sorted(by_dir):
         current: list[LakeFile] = []
@@ -137,14 +138,15 @@ def merged_table(paths: Sequence[Path]) -> pa.Table:
 def merge_run(run: CompactionRun) -> int:
     """Merge `run` into `run.target` (module docstring: rename, then delete the inputs);
     returns the merged file's size. LakeError when the merged file would lose rows."""
-    table = merged_table([f.path for f in run.files])
+    table = merged_table([Path(f.path) for f in run.files])
     expected = sum(pq.read_metadata(f.path).num_rows for f in run.files)
     if table.num_rows != expected:
         raise LakeError(
             f"merging into {run.target.name} gave {table.num_rows} rows, not {expected}"
         )
     size = write_parquet_atomically(table, run.target)
-    delete_superseded(run.files)  # the inputs, superseded by `run.target` since its rename
+    # The inputs, superseded by `run.target` since its rename (all in its directory).
+    delete_superseded(Store.at(run.target.parent), run.files)
     return size
 
 
@@ -152,17 +154,17 @@ def plan(
     lake: Path, topic: str, *, now: datetime, min_age_s: float, target_bytes: int
 ) -> tuple[list[CompactionRun], TopicCompaction]:
     """The runs to merge in `topic` and its figures before (after: as if they were merged)."""
-    scan = scan_topic(lake, topic)
+    scan = scan_topic(Store.at(lake), topic)
     stats = TopicCompaction()
     runs: list[CompactionRun] = []
     for files in scan.files.values():
-        sizes = {f.path: _size(f.path) for f in files}
+        sizes = {f.path: _size(Path(f.path)) for f in files}
         stats.files_before += len(files)
         stats.bytes_before += sum(sizes.values())
         # The newest file stays as it is: a reader listing a directory while compaction renames
         # and deletes may miss both the merged file and its inputs (readdir is not atomic across
         # calls); the sink's resume point (its `last` + 1) must never depend on that.
-        eligible = [f for f in files[:-1] if closed(f.path.parent, now, min_age_s)]
+        eligible = [f for f in files[:-1] if closed(Path(f.path).parent, now, min_age_s)]
         runs += select_runs(eligible, sizes, target_bytes)
     stats.runs = len(runs)
     stats.files_after = stats.files_before - sum(len(r.files) - 1 for r in runs)

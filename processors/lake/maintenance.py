@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from contracts.lake_layout import scan_topic, topic_dirs
+from ground.store import Store
 from processors.lake.errors import MaintenanceLockError
 from processors.lake.resume import delete_superseded
 
@@ -115,8 +116,11 @@ def recover_superseded(lake: Path) -> int:
     the maintenance lock held (the sink deletes its own partitions' on assignment)."""
     deleted = 0
     for topic in topic_dirs(lake):
-        scan = scan_topic(lake, topic)
-        deleted += delete_superseded(f for files in scan.superseded.values() for f in files)
+        store = Store.at(lake)
+        scan = scan_topic(store, topic)
+        deleted += delete_superseded(
+            store, (f for files in scan.superseded.values() for f in files)
+        )
     if deleted:
         log.warning("deleted %d superseded files a crashed compaction left in %s", deleted, lake)
     return deleted

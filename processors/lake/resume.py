@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from contracts.lake_layout import LakeFile, scan_topic
-from ground.durable import fsync_dir
+from ground.store import Store
 
 TopicPartition = tuple[str, int]
 
 
 def prepare_partitions(
-    lake: Path, partitions: Iterable[TopicPartition]
+    lake: Store, partitions: Iterable[TopicPartition]
 ) -> dict[TopicPartition, int | None]:
     """For each (topic, partition) a sink takes over: delete its orphan temporary files (left by
     a writer that died before renaming them) and its superseded files (left by a compaction
@@ -31,29 +30,25 @@ def prepare_partitions(
             if t != topic:
                 continue
             for temp in scan.temps.get(partition, []):
-                temp.unlink(missing_ok=True)
-            delete_superseded(scan.superseded.get(partition, []))
+                lake.delete(temp)
+            delete_superseded(lake, scan.superseded.get(partition, []))
             resume[(t, partition)] = offsets.get(partition)
     return resume
 
 
-def delete_superseded(files: Iterable[LakeFile]) -> int:
+def delete_superseded(lake: Store, files: Iterable[LakeFile]) -> int:
     """Delete superseded files (`contracts.lake_layout`); returns how many were deleted.
 
-    Each directory is fsynced before (so the file superseding them, which compaction renamed
-    into the same directory, is durable before they go) and after the deletions.
+    On local disk each directory is fsynced before (so the file superseding them, which
+    compaction renamed into the same directory, is durable before they go) and after.
     """
-    by_dir: dict[Path, list[Path]] = {}
+    by_dir: dict[str, list[str]] = {}
     for f in files:
-        by_dir.setdefault(f.path.parent, []).append(f.path)
+        key = lake.key(f.path)
+        by_dir.setdefault(key.rsplit("/", 1)[0], []).append(key)
     deleted = 0
-    for directory, paths in by_dir.items():
-        fsync_dir(directory)
-        for path in paths:
-            try:
-                path.unlink()
-                deleted += 1
-            except FileNotFoundError:
-                pass  # another sink or compaction deleted it first
-        fsync_dir(directory)
+    for directory, keys in by_dir.items():
+        lake.sync_dir(directory)
+        deleted += sum(lake.delete(key) for key in keys)  # False: another sink deleted it first
+        lake.sync_dir(directory)
     return deleted

@@ -4,10 +4,11 @@ Per message: decode and validate (`RecordDecoder`), or dead-letter it; buffer th
 partition's buffer (`BufferSet`); write each complete buffer as a file. Writing a file:
 
 1. if the buffer covers dead letters, wait until the DLQ has acknowledged them;
-2. write a temporary file, fsync it, rename it to its final name, fsync the directory;
+2. write the file so that it appears whole or not at all (`ground.store`: on local disk a
+   temporary file, fsync, rename, fsync of the directory; in an object store one upload);
 3. commit offset `last + 1` for the partition (synchronously).
 
-The files on disk are the truth: on assignment a partition resumes from the largest `last` of
+The files in the lake are the truth: on assignment a partition resumes from the largest `last` of
 its files + 1 (from the beginning when there are none), so a crash anywhere replays exactly the
 offsets no file covers, and each record lands in the lake once. Committed offsets only serve
 lag monitoring. Dead letters are at least once: a crash before step 2 sends them again.
@@ -35,7 +36,8 @@ from confluent_kafka import (
 
 from contracts.dead_letters import Origin, dead_letter
 from contracts.errors import RecordRejected
-from contracts.lake_layout import SECONDS_PER_HOUR, file_path
+from contracts.lake_layout import SECONDS_PER_HOUR, file_key
+from ground.store import Store
 from processors.lake.buffers import (
     MEMORY_PER_WIRE_BYTE,
     ROW_OVERHEAD_BYTES,
@@ -49,7 +51,7 @@ from processors.lake.kafka_clients import DeadLetterProducer, consumer_config, m
 from processors.lake.lake_topics import lake_topics
 from processors.lake.resume import prepare_partitions
 from processors.lake.status import SinkStatus, consumer_lag
-from processors.lake.writer import write_parquet_atomically
+from processors.lake.writer import write_parquet
 from streams.serde import Decoder
 from streams.topics import dlq_topic as dlq_topic_of
 
@@ -59,13 +61,14 @@ ASSIGNMENT_TIMEOUT_S = 60.0
 
 
 class LakeSink:
-    """Consumes `topics` with group `group_id` into `lake_dir`; see the module docstring."""
+    """Consumes `topics` with group `group_id` into `lake` (a store, or a local directory);
+    see the module docstring."""
 
     def __init__(
         self,
         kafka_config: Mapping[str, str],
         codec: Decoder,
-        lake_dir: Path,
+        lake: Store | Path,
         topics: Iterable[str],
         *,
         group_id: str = DEFAULT_GROUP,
@@ -80,7 +83,7 @@ class LakeSink:
         """`decode_as` maps non-platform topics to the platform topic whose schema they carry;
         `instance_id` turns on static membership (a restarted sink gets its partitions back at
         once instead of after the session timeout). SinkConfigError on a bad configuration."""
-        self.lake_dir = lake_dir
+        self.lake = Store.at(lake) if isinstance(lake, Path) else lake
         self._topics = lake_topics(
             topics, codec, decode_as=decode_as, max_record_bytes=max_record_bytes
         )
@@ -245,15 +248,14 @@ class LakeSink:
         table = lake_topic.columns.table(
             buffer.rows, buffer.topic, buffer.partition, buffer.offsets
         )
-        path = file_path(
-            self.lake_dir,
+        key = file_key(
             buffer.topic,
             buffer.partition,
             buffer.first,
             buffer.last,
             buffer.file_hour,
         )
-        self.status.bytes_written += write_parquet_atomically(table, path)
+        self.status.bytes_written += write_parquet(self.lake, key, table)
         self.status.files += 1
         self.status.rows += len(buffer.rows)
         self._commit(buffer.topic, buffer.partition, buffer.last + 1)
@@ -271,7 +273,7 @@ class LakeSink:
     # --- rebalancing ---------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        resume = prepare_partitions(self.lake_dir, [(p.topic, p.partition) for p in partitions])
+        resume = prepare_partitions(self.lake, [(p.topic, p.partition) for p in partitions])
         for p in partitions:
             tp = (p.topic, p.partition)
             start = resume[tp]

@@ -9,9 +9,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from contracts.lake_layout import file_path, hour_of
+from contracts.lake_layout import file_key, hour_of
+from ground.store import Store
 from processors.lake.columns import LakeColumns
-from processors.lake.writer import write_parquet_atomically
+from processors.lake.writer import write_parquet
 from schemas.catalog import load_schema
 from schemas.events import Event
 from streams.topics import TOPIC_VALUE_SCHEMAS
@@ -28,11 +29,12 @@ def _key(event: Event) -> str:
 
 
 def write_lake(
-    lake: Path, events: Iterable[Event], *, partitions: int = 4, rows_per_file: int = 500
+    lake: Path | Store, events: Iterable[Event], *, partitions: int = 4, rows_per_file: int = 500
 ) -> int:
     """Write `events` into `lake` as the sink would: per topic and partition (crc32 of the key),
     offsets in event-time order, one file per hour and at most `rows_per_file` rows.
     Returns the number of files written."""
+    store = Store.at(lake) if isinstance(lake, Path) else lake
     by_partition: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for event in events:
         topic = TOPIC_OF[event.SCHEMA_NAME]
@@ -58,15 +60,14 @@ def write_lake(
             rows = [cols.row(e.to_record()) for e in chunk]
             offsets = array("q", range(offset, offset + len(chunk)))
             table = cols.table(rows, topic, partition, offsets)
-            path = file_path(
-                lake,
+            key = file_key(
                 topic,
                 partition,
                 offset,
                 offset + len(chunk) - 1,
                 hour_of(chunk[0].event_time),
             )
-            write_parquet_atomically(table, path)
+            write_parquet(store, key, table)
             offset += len(chunk)
             files += 1
     return files

@@ -23,8 +23,8 @@ from contracts.lake_layout import (
     scan_topic,
     split_superseded,
     temp_partition,
-    temp_path,
 )
+from ground.durable import temp_path
 
 
 def test_a_file_name_encodes_its_range_and_parses_back() -> None:
@@ -69,8 +69,8 @@ def test_temp_names_are_hidden_from_parquet_globs_and_name_their_partition() -> 
     assert temp.name.startswith(".") and temp.name.endswith(".tmp")
     assert not fnmatch.fnmatch(temp.name, "*.parquet")
     assert temp_path(final) != temp
-    assert temp_partition(temp) == ("t.x", 2)
-    assert temp_partition(final) is None
+    assert temp_partition(temp.name) == ("t.x", 2)
+    assert temp_partition(final.name) is None
 
 
 def test_hours_are_utc_and_floor_before_the_epoch() -> None:
@@ -100,14 +100,14 @@ def test_a_scan_finds_files_per_partition_in_order_and_temps_and_ignores_the_res
             (tmp_path / "t" / directory / name).touch()
     scan = scan_topic(tmp_path, "t")
     assert [(f.first, f.last) for f in scan.files[0]] == [(0, 9), (10, 24), (25, 30)]
-    assert [f.path.name for f in scan.files[1]] == ["t+1+0+4.parquet"]
-    assert [p.name for p in scan.temps[1]] == [".t+1+5+8.parquet.0a1b.tmp"]
+    assert [f.name for f in scan.files[1]] == ["t+1+0+4.parquet"]
+    assert scan.temps[1] == ["t/dt=2026-01-01/hour=01/.t+1+5+8.parquet.0a1b.tmp"]  # keys
     assert scan.resume_offsets() == {0: 31, 1: 5}
     assert scan_topic(tmp_path, "missing").files == {}
 
 
 def lake_file(first: int, last: int) -> LakeFile:
-    return LakeFile("t", 0, first, last, Path(file_name("t", 0, first, last)))
+    return LakeFile("t", 0, first, last, file_name("t", 0, first, last))
 
 
 def test_range_problems_name_gaps_and_overlaps() -> None:
@@ -120,11 +120,11 @@ def test_range_problems_name_gaps_and_overlaps() -> None:
     assert range_problems([lake_file(3, 9)], start=0)[0].startswith("gap")
 
 
-def _touch(lake: Path, partition: int, first: int, last: int, hour: int) -> Path:
+def _touch(lake: Path, partition: int, first: int, last: int, hour: int) -> str:
     path = file_path(lake, "t", partition, first, last, hour)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch()
-    return path
+    return str(path)
 
 
 def test_a_file_inside_a_larger_files_range_is_superseded_not_visible(tmp_path: Path) -> None:
@@ -144,7 +144,7 @@ def test_a_file_inside_a_larger_files_range_is_superseded_not_visible(tmp_path: 
 
 def test_equal_ranges_and_partial_overlaps_stay_visible_for_range_problems() -> None:
     def f(first: int, last: int, where: str) -> LakeFile:
-        return LakeFile("t", 0, first, last, Path(where) / file_name("t", 0, first, last))
+        return LakeFile("t", 0, first, last, f"{where}/{file_name('t', 0, first, last)}")
 
     twice = [f(0, 9, "h1"), f(0, 9, "h2")]
     visible, superseded = split_superseded(twice)

@@ -81,7 +81,7 @@ def test_an_erased_user_leaves_no_row_anywhere_and_others_keep_theirs(
             TopicSpec(dlq, "k", "v", 1),
         ]
     )
-    settings = dataclasses.replace(stack, lake=tmp_path / "lake")
+    settings = dataclasses.replace(stack, lake_uri=str(tmp_path / "lake"))
     codec = AvroCodec.for_url(stack.registry_url)
     sessions = {user: [f"sess-{user}-{k}" for k in range(3)] for user in (victim, other)}
 

@@ -176,7 +176,7 @@ def test_erase_leaves_no_row_of_the_user_in_any_table_and_the_sink_resumes_uncha
     assert letters.flush(30) == 0
     produced = produce(stack, items)
 
-    settings = dataclasses.replace(stack, lake=tmp_path / "lake", home=tmp_path / "home")
+    settings = dataclasses.replace(stack, lake_uri=str(tmp_path / "lake"), home=tmp_path / "home")
     lake = settings.lake
     tables = [copy[t] for t in sorted(produced_in)]
 

@@ -89,3 +89,28 @@ def test_repr_hides_a_password_in_the_registry_url() -> None:
     )
     assert "hunter2" not in repr(settings)
     assert "registry:8081" in repr(settings)
+
+
+def test_an_s3_lake_is_a_store_and_local_only_commands_name_the_fix(tmp_path: Path) -> None:
+    env = {
+        "FLYWHEEL_HOME": str(tmp_path),
+        "FLYWHEEL_LAKE": "s3://lake-bucket/prod/lake",
+        "FLYWHEEL_S3_ENDPOINT": "http://minio:9000",
+        "AWS_ACCESS_KEY_ID": "key",
+        "AWS_SECRET_ACCESS_KEY": "the-secret",
+    }
+    s = Settings.from_env(env)
+    assert not s.lake_on_disk
+    with pytest.raises(SettingsError, match=r"object store.*docs/object-storage\.md"):
+        _ = s.lake
+    location = s.storage(s.lake_uri)
+    assert (location.path, location.endpoint) == ("lake-bucket/prod/lake", "http://minio:9000")
+    assert "the-secret" not in repr(s) + repr(location)
+
+
+def test_an_s3_lake_on_the_local_stack_uses_the_stacks_store(tmp_path: Path) -> None:
+    s = Settings.from_env({"FLYWHEEL_HOME": str(tmp_path), "FLYWHEEL_LAKE": "s3://flywheel/lake"})
+    location = s.storage(s.lake_uri)
+    assert location.endpoint == f"http://127.0.0.1:{s.ports.s3}"
+    assert location.credentials is not None  # the stack's key pair (generated on first use)
+    assert Settings.from_env({"FLYWHEEL_HOME": str(tmp_path)}).lake == tmp_path / "lake"

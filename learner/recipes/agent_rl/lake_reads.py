@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from contracts.advantages import GROUP_REWARD_FN, USE_REWARD_FN
 from contracts.lake_layout import LakeFile, scan_topic
+from ground.store import Store
 from streams.topics import COMPLETIONS_TOPIC, ROLLOUTS_TOPIC
 
 _REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_version", "reward",
@@ -108,12 +109,13 @@ class AgentLakeReads:
 
     def rewards(self, file: LakeFile) -> tuple[pa.Table, int]:
         """The Reward file's rows of the model from ``sources``, and the rows it holds."""
-        stat = file.path.stat()
+        path = Path(file.path)
+        stat = path.stat()
         version = (stat.st_size, stat.st_mtime_ns)
-        cached = self._rewards.get(file.path)
+        cached = self._rewards.get(path)
         if cached is None or cached[0] != version:
-            cached = (version, _agent_rewards(file.path, self.model_name, self.sources))
-            self._rewards[file.path] = cached
+            cached = (version, _agent_rewards(path, self.model_name, self.sources))
+            self._rewards[path] = cached
         return cached[1]
 
     def tokens(self, rewards: Sequence[pa.Table]) -> pa.Table:
@@ -132,7 +134,7 @@ class AgentLakeReads:
     def consumed(self, files: Sequence[LakeFile], rewards: Sequence[pa.Table]) -> None:
         """Forget converted Reward files and the token rows of their Rewards."""
         for f in files:
-            self._rewards.pop(f.path, None)
+            self._rewards.pop(Path(f.path), None)
             self._consumed.add((f.topic, f.partition, f.first, f.last))
         ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
         done = ids.combine_chunks()
@@ -143,17 +145,17 @@ class AgentLakeReads:
         """The model's token rows of ``source.topic``, after reading the files new since the
         last call; the first copy of each id."""
         seen, known = self._seen[source.topic], self._tokens[source.topic]
-        new = [f for files in scan_topic(self.lake, source.topic).files.values() for f in files
-               if f.path not in seen]  # fmt: skip
+        new = [f for files in scan_topic(Store.at(self.lake), source.topic).files.values()
+               for f in files if Path(f.path) not in seen]  # fmt: skip
         if not new:
             return known
-        table = pa.concat_tables([_token_file(f.path, source, self.model_name) for f in new])
+        table = pa.concat_tables([_token_file(Path(f.path), source, self.model_name) for f in new])
         _, first = np.unique(np.asarray(table.column("id").to_pylist(), dtype=object),
                              return_index=True)  # fmt: skip
         table = table.take(pa.array(np.sort(first)))
         table = table.filter(pc.invert(pc.is_in(table.column("id"), value_set=known.column("id"))))
         self._tokens[source.topic] = pa.concat_tables([known, table])
-        seen.update(f.path for f in new)
+        seen.update(Path(f.path) for f in new)
         return self._tokens[source.topic]
 
 

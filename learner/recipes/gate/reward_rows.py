@@ -103,7 +103,7 @@ def read_table(
     in offset order); list columns like ``context`` are read zero-copy, several times faster
     than through DuckDB. Files of older schema versions are unified by column name.
     """
-    paths = [f.path if isinstance(f, LakeFile) else f for f in files]
+    paths = [Path(f.path) if isinstance(f, LakeFile) else f for f in files]
     columns = None if enrich is not None else list(_BASE_COLUMNS)
     total = 0
     parts = []
@@ -206,7 +206,7 @@ def load_rows(
     if isinstance(source, WindowRecord):
         paths = [lake / f.path for f in source.files]
     else:
-        paths = [f.path if isinstance(f, LakeFile) else Path(f) for f in source]
+        paths = [Path(f.path if isinstance(f, LakeFile) else f) for f in source]
     missing = [p for p in paths if not p.exists()]
     if missing:
         raise LearnerError(f"lake files {missing[:3]} are missing; was the lake moved or pruned?")

@@ -11,9 +11,11 @@ from pathlib import Path
 import duckdb
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from analytics.topic_views import parquet_sql
+from analytics.catalog import Catalog
+from analytics.topic_views import parquet_sql, view_name
 from contracts.lake_layout import range_problems, scan_topic
 from flywheel.settings import Settings
+from ground.store import Store
 
 # make_topics(*suffixes) -> the created topics' names (the conftest fixture)
 MakeTopics = Callable[..., list[str]]
@@ -96,16 +98,20 @@ def _headers(msg: Message) -> dict[str, str]:
 
 
 def lake_rows(
-    lake: Path, topic: str, columns: str = "event_id, _partition, _offset"
+    lake: Path | Store, topic: str, columns: str = "event_id, _partition, _offset"
 ) -> list[tuple[object, ...]]:
     """Rows of a topic in the lake, read the way analysts do (the catalog's view SQL: hive
-    partitions typed, since DuckDB reads `hour=00`..`09` as text when it infers)."""
+    partitions typed, since DuckDB reads `hour=00`..`09` as text when it infers; in an object
+    store, the catalog's registered dataset)."""
+    if isinstance(lake, Store):
+        with Catalog(lake).connect() as con:
+            return con.execute(f"select {columns} from {view_name(topic)}").fetchall()
     relation = duckdb.sql(f"select {columns} from ({parquet_sql(lake.resolve(), topic)})")
     assert relation is not None  # a select always has a result
     return relation.fetchall()
 
 
-def assert_ranges_tile(lake: Path, topic: str, ends: dict[int, int]) -> None:
+def assert_ranges_tile(lake: Path | Store, topic: str, ends: dict[int, int]) -> None:
     """Per partition, the files tile [0, ends[p]] exactly: contiguous, non-overlapping."""
     files = scan_topic(lake, topic).files
     assert sorted(files) == sorted(ends), (sorted(files), ends)

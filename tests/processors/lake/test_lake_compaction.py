@@ -21,6 +21,7 @@ from contracts.lake_layout import (
     range_problems,
     scan_topic,
 )
+from ground.store import Store
 from processors.lake.compaction import (
     CompactionRun,
     compact_lake,
@@ -46,7 +47,7 @@ USERS = ("user:" + "a" * 32, "user:" + "b" * 32, "user:" + "c" * 32)
 
 
 def _file(first: int, last: int, hour: str = "h1") -> LakeFile:
-    return LakeFile("t", 0, first, last, Path(hour) / file_name("t", 0, first, last))
+    return LakeFile("t", 0, first, last, str(Path(hour) / file_name("t", 0, first, last)))
 
 
 def _runs(files: list[LakeFile], sizes: list[int], target: int) -> list[list[tuple[int, int]]]:
@@ -90,7 +91,7 @@ def test_a_merged_file_keeps_row_order_unions_schemas_and_covers_zero_row_files(
     for (offsets, extra), (first, last) in zip(parts, ranges, strict=True):
         path = file_path(tmp_path, "t", 0, first, last, hour)
         write_parquet_atomically(_table(offsets, extra), path)
-        files.append(LakeFile("t", 0, first, last, path))
+        files.append(LakeFile("t", 0, first, last, str(path)))
     run = CompactionRun(tuple(files), 0)
     merge_run(run)
     assert run.target.name == "t+0+0+4.parquet"
@@ -155,7 +156,7 @@ def test_compaction_keeps_ranges_resume_offsets_and_the_views_answers(tmp_path: 
             assert range_problems(after[partition], start=0) == []
             assert after[partition][-1].last == old[-1].last  # the sink resumes where it did
             assert after[partition][-1] == old[-1]  # the newest file is never merged
-            hours = {f.path.parent for f in old}
+            hours = {Path(f.path).parent for f in old}
             assert len(after[partition]) == len(hours) + 1  # one a closed hour, and the newest
     assert _answers(lake) == answers
     assert list(lake.rglob("*.tmp")) == []
@@ -173,7 +174,7 @@ def test_open_hours_and_a_dry_run_are_left_as_they_are(tmp_path: Path) -> None:
     compact_lake(lake, now=now, min_age_s=3600)
     for files in _files(lake, REWARDS_TOPIC).values():
         for f in files:
-            closed_hour = f.path.parent.name in ("hour=05", "hour=06")
+            closed_hour = Path(f.path).parent.name in ("hour=05", "hour=06")
             assert closed_hour == (f.last - f.first + 1 > 2), f.path  # merged iff closed
 
 
@@ -199,7 +200,7 @@ def test_erasure_after_compaction_removes_exactly_the_users_rows(tmp_path: Path)
 def test_a_compaction_killed_between_rename_and_deletes_is_recovered(tmp_path: Path) -> None:
     lake = _lake(tmp_path)
     answers = _answers(lake)
-    resume = prepare_partitions(lake, [(REWARDS_TOPIC, 0), (REWARDS_TOPIC, 1)])
+    resume = prepare_partitions(Store.at(lake), [(REWARDS_TOPIC, 0), (REWARDS_TOPIC, 1)])
     runs, _ = plan(lake, REWARDS_TOPIC, now=LATER, min_age_s=3600, target_bytes=2**27)
     for run in runs:  # merge_run's first step only: the inputs are left behind
         write_parquet_atomically(merged_table([f.path for f in run.files]), run.target)
@@ -210,14 +211,14 @@ def test_a_compaction_killed_between_rename_and_deletes_is_recovered(tmp_path: P
         assert range_problems(files, start=0) == []
     assert _answers(lake) == answers  # the views keep one row per reward_id / event_id
     # The sink taking partition 0 deletes its superseded files; the lock deletes the rest.
-    assert prepare_partitions(lake, [(REWARDS_TOPIC, 0)]) == {
+    assert prepare_partitions(Store.at(lake), [(REWARDS_TOPIC, 0)]) == {
         (REWARDS_TOPIC, 0): resume[REWARDS_TOPIC, 0]
     }
     assert 0 not in scan_topic(lake, REWARDS_TOPIC).superseded
     assert scan_topic(lake, REWARDS_TOPIC).superseded
     with maintenance_lock(lake):
         assert scan_topic(lake, REWARDS_TOPIC).superseded == {}
-    assert not any(p.exists() for p in left)
+    assert not any(Path(p).exists() for p in left)
     assert _answers(lake) == answers
 
 

@@ -161,7 +161,7 @@ def test_compaction_while_the_sink_writes_and_dies_keeps_every_offset_once(
     platform = tmp_path / "platform-lake"
     for files in scan.files.values():
         for f in files:
-            hour = parse_hour_dir(f.path.parent)
+            hour = parse_hour_dir(Path(f.path).parent)
             assert hour is not None
             target = file_path(platform, SUGGESTIONS_TOPIC, f.partition, f.first, f.last, hour)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Exactly once under crashes: SIGKILL the sink at random moments while events arrive.
 
-The sink runs as `python -m flywheel sink`. While a producer
+The sink runs as `python -m flywheel sink`, writing to a lake on local disk or in the local
+stack's object store (S3Proxy, over HTTP). While a producer
 writes 20k events, the sink is killed several times and restarted; a last `--once` run drains
 the rest. Then the lake must hold every event exactly once, per partition the files must tile
 the log, and no reader may ever have seen a partial or temporary file.
@@ -24,6 +25,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from contracts.lake_layout import parse_file_name
 from flywheel.settings import Settings
+from ground.store import Store
 from streams.serde import AvroCodec
 from tests.processors.lake.lake_harness import (
     MakeTopics,
@@ -45,50 +47,61 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 class LakeWatcher(threading.Thread):
-    """Looks at the lake like a reader every few ms: each `*.parquet` it sees must be a
+    """Looks at the lake like a reader every few ms: each `*.parquet` it lists must be a
     complete Parquet file with a lake name."""
 
-    def __init__(self, lake: Path) -> None:
+    def __init__(self, lake: Store) -> None:
         super().__init__(daemon=True)
         self.lake = lake
         self.stop = threading.Event()
         self.looks = 0
-        self.seen: set[Path] = set()
+        self.seen: set[str] = set()
         self.problems: list[str] = []
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for path in self.lake.glob("**/*.parquet"):
-                if path in self.seen:
+            for stored in self.lake.files():
+                if not stored.key.endswith(".parquet") or stored.key in self.seen:
                     continue
-                if parse_file_name(path) is None:
-                    self.problems.append(f"not a lake file name: {path.name}")
+                if parse_file_name(stored.key) is None:
+                    self.problems.append(f"not a lake file name: {stored.name}")
                 try:
-                    pq.read_metadata(path)  # footer last: a partial file has none
-                    self.seen.add(path)
+                    # The footer comes last: a partial file has none.
+                    with self.lake.fs.open_input_file(self.lake.path(stored.key)) as data:
+                        pq.read_metadata(data)
+                    self.seen.add(stored.key)
                 except FileNotFoundError:
-                    pass  # replaced by a rewrite of the same range between glob and open
+                    pass  # replaced by a rewrite of the same range between listing and open
                 except Exception as exc:
-                    self.problems.append(f"{path.name}: {exc!r}")
+                    self.problems.append(f"{stored.name}: {exc!r}")
             self.looks += 1
             time.sleep(0.005)
 
 
-def sink_command(topic: str, lake: Path, dlq: str, *, once: bool = False) -> list[str]:
+@pytest.fixture(params=["disk", "object-store"])
+def lake(request: pytest.FixtureRequest, stack: Settings, tmp_path: Path, unique: str) -> Store:
+    """An empty lake: a local directory, or a fresh prefix in the local stack's object store."""
+    if request.param == "disk":
+        (tmp_path / "lake").mkdir()
+        return Store.at(tmp_path / "lake")
+    if not stack.uses_local_stack:
+        pytest.skip("an external cluster is configured: there is no local object store")
+    return Store.at(stack.storage(f"s3://flywheel/{unique}/lake"))
+
+
+def sink_command(topic: str, lake: Store, dlq: str, *, once: bool = False) -> list[str]:
     return [
         sys.executable, "-m", "flywheel", "sink", "--topic", f"{topic}=telemetry.suggestions",
-        "--lake", str(lake), "--group", f"{topic}.sink",
+        "--lake", lake.location.uri, "--group", f"{topic}.sink",
         "--instance-id", f"{topic}.sink-1", "--dlq-topic", dlq, "--max-rows", "1500",
         "--max-age", "300ms", "--status-every", "1s", *(["--once"] if once else []),
     ]  # fmt: skip
 
 
 def test_the_lake_holds_each_event_once_after_sigkills(
-    stack: Settings, codec: AvroCodec, make_topics: MakeTopics, tmp_path: Path
+    stack: Settings, codec: AvroCodec, make_topics: MakeTopics, tmp_path: Path, lake: Store
 ) -> None:
     topic, dlq = make_topics("events", "dlq")
-    lake = tmp_path / "lake"
-    lake.mkdir()
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     sessions = [f"s-{i % 101}" for i in range(EVENTS)]
@@ -157,7 +170,8 @@ def test_the_lake_holds_each_event_once_after_sigkills(
         for p in produced
     }
     assert_ranges_tile(lake, topic, last_offsets(produced, topic))
-    assert list(lake.glob("**/*.tmp")) == [], "orphan temp files must be removed on restart"
+    leftovers = [f.key for f in lake.files() if f.key.endswith(".tmp")]
+    assert leftovers == [], "orphan temp files must be removed on restart"
 
 
 def test_sigterm_writes_the_buffers_and_commits_before_exiting(
@@ -167,7 +181,7 @@ def test_sigterm_writes_the_buffers_and_commits_before_exiting(
     records = [offered(f"s-{i}").to_record() for i in range(500)]
     items = [(topic, r["session_id"].encode(), codec.encode(SCHEMA_TOPIC, r)) for r in records]
     ends = last_offsets(produce(stack, items), topic)
-    lake = tmp_path / "lake"
+    lake = Store.at(tmp_path / "lake")
     command = sink_command(topic, lake, dlq)
     command[command.index("--max-age") + 1] = "10m"  # nothing becomes a file by age
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
@@ -180,7 +194,7 @@ def test_sigterm_writes_the_buffers_and_commits_before_exiting(
         lines.append(line)
         if line.startswith("500 read"):
             break
-    assert list(lake.glob("**/*.parquet")) == []  # all still in memory
+    assert lake.files() == []  # all still in memory
     process.send_signal(signal.SIGTERM)
     rest, _ = process.communicate(timeout=30)
     output = "".join(lines) + rest

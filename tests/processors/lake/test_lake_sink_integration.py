@@ -85,7 +85,7 @@ def test_every_sdk_event_kind_lands_once_with_contiguous_ranges_and_hour_directo
 
 
 def _hour_of_latest(lake: Path, topic: str) -> datetime:
-    latest = max(f.path for files in scan_topic(lake, topic).files.values() for f in files)
+    latest = max(Path(f.path) for files in scan_topic(lake, topic).files.values() for f in files)
     times: list[datetime] = pq.read_table(latest, columns=["event_time"]).column(0).to_pylist()
     return max(times)
 

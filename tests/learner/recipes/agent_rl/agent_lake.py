@@ -47,8 +47,8 @@ def adopt_topic(lake: Path, topic: str, platform: str) -> None:
     and file names, where the learner and the analysts' views read the platform's topic."""
     for files in scan_topic(lake, topic).files.values():
         for f in files:
-            hour = f.path.parent.relative_to(lake / topic)
+            hour = Path(f.path).parent.relative_to(lake / topic)
             target = lake / platform / hour / file_name(platform, f.partition, f.first, f.last)
             target.parent.mkdir(parents=True, exist_ok=True)
-            f.path.rename(target)
+            Path(f.path).rename(target)
     shutil.rmtree(lake / topic)
