@@ -144,18 +144,24 @@ def read_manifest(root: Path, dataset: str, reward_fn: str) -> Manifest:
     path = root / MANIFEST_NAME
     if not path.exists():
         return Manifest(dataset, reward_fn)
+    return parse_manifest(path.read_text(), str(path), dataset, reward_fn)
+
+
+def parse_manifest(text: str, where: str, dataset: str, reward_fn: str) -> Manifest:
+    """The manifest in ``text`` (read from ``where``, named in errors); LearnerError as
+    `read_manifest`."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         manifest = Manifest(
             data["dataset"],
             data["reward_fn"],
             tuple(WindowRecord.from_json(w) for w in data["windows"]),
         )
     except (ValueError, KeyError, TypeError) as error:
-        raise LearnerError(f"{path} is not a readable manifest ({error}); restore it.") from error
+        raise LearnerError(f"{where} is not a readable manifest ({error}); restore it.") from error
     if (manifest.dataset, manifest.reward_fn) != (dataset, reward_fn):
         raise LearnerError(
-            f"{path} is dataset {manifest.dataset!r} with reward_fn {manifest.reward_fn!r}, not "
+            f"{where} is dataset {manifest.dataset!r} with reward_fn {manifest.reward_fn!r}, not "
             f"{dataset!r} with {reward_fn!r}; use one dataset name per reward function."
         )
     return manifest
@@ -163,13 +169,18 @@ def read_manifest(root: Path, dataset: str, reward_fn: str) -> Manifest:
 
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """Replace ``root/manifest.json`` atomically and durably."""
+    write_durably(root / MANIFEST_NAME, manifest_json(manifest).encode())
+
+
+def manifest_json(manifest: Manifest) -> str:
+    """The text of ``manifest.json``."""
     data = {
         "format": FORMAT,
         "dataset": manifest.dataset,
         "reward_fn": manifest.reward_fn,
         "windows": [w.to_json() for w in manifest.windows],
     }
-    write_json_atomically(root / MANIFEST_NAME, data)
+    return _dumps(data)
 
 
 def write_json_atomically(path: Path, data: Mapping[str, Any]) -> None:

@@ -10,8 +10,10 @@ canonical node count (streaming's ``StreamingDataset.state_dict`` format). Sampl
 only on those, not on the number of ranks, so a position saved at one world size resumes at
 another. Notes on streaming 0.13 that shape this module:
 
-* streams are local only (``remote=None``); ``batch_size`` (per rank) must be given to the
-  dataset because it shapes the partition;
+* a stream is a local MDS directory, or a remote one (``s3://…``) that streaming downloads into
+  its local directory on demand, the cache bounded by ``cache_limit``
+  (`learner.data.window_store`); ``batch_size`` (per rank) must be given to the dataset because
+  it shapes the partition;
 * streaming keeps run state in shared memory under a numeric prefix; a new dataset takes the first
   free prefix, so stale segments of a SIGKILLed run are skipped, not reused. We do *not* call
   ``clean_stale_shared_memory()`` by default: it unlinks every prefix, including those of live
@@ -52,18 +54,23 @@ class WindowStream:
 
     Give ``proportion`` (relative share of each epoch) on every window, or ``repeat`` (how many
     times each of its samples is seen per epoch, e.g. 0.25 for replay), or neither (each once).
+    With ``remote`` (an object-store URI) ``local`` is the cache directory streaming downloads
+    the window into.
     """
 
     local: Path
     proportion: float | None = None
     repeat: float | None = None
+    remote: str | None = None
 
     def to_stream(self) -> Any:
-        """The `streaming.Stream` reading this window from local disk."""
-        require_mds(self.local)
+        """The `streaming.Stream` reading this window (from local disk, or downloading it)."""
+        if self.remote is None:
+            require_mds(self.local)
         return streaming.Stream(
-            remote=None, local=str(self.local), proportion=self.proportion, repeat=self.repeat
-        )
+            remote=self.remote, local=str(self.local), proportion=self.proportion,
+            repeat=self.repeat,
+        )  # fmt: skip
 
 
 def collate_columns(samples: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -105,6 +112,14 @@ def window_bytes(windows: Sequence[WindowStream]) -> int:
     return sum(f.stat().st_size for w in windows for f in Path(w.local).glob("shard.*"))
 
 
+def fits_in_memory(windows: Sequence[WindowStream]) -> bool:
+    """Whether ``kind="auto"`` reads ``windows`` into memory: local windows of at most
+    `MEMORY_LOADER_MAX_BYTES` (remote ones always stream, through the bounded cache)."""
+    if any(w.remote is not None for w in windows):
+        return False
+    return window_bytes(windows) <= MEMORY_LOADER_MAX_BYTES
+
+
 def build_loader(
     windows: Sequence[WindowStream],
     rank_batch_size: int,
@@ -114,17 +129,20 @@ def build_loader(
     kind: LoaderKind = "streaming",
     rank: int = 0,
     world_size: int = 1,
+    cache_limit: int | None = None,
 ) -> Any:
     """A shuffled loader over ``windows`` yielding columnar batches of ``rank_batch_size``
     samples (this rank's share of the global batch; partial batches dropped): a
     `MemoryLoader` for ``kind="memory"``, or ``"auto"`` with windows of at most
-    `MEMORY_LOADER_MAX_BYTES`, else a `streaming.StreamingDataLoader`.
+    `MEMORY_LOADER_MAX_BYTES`, else a `streaming.StreamingDataLoader`. ``cache_limit`` bounds
+    the bytes of remote windows' shards kept in their local directories (streaming evicts the
+    least recently used shards past it).
 
     Call after the process group is initialised: streaming reads the world from it.
     """
     if not windows:
         raise TrainingDataError("no windows to train on: pass at least one WindowStream")
-    if kind == "memory" or (kind == "auto" and window_bytes(windows) <= MEMORY_LOADER_MAX_BYTES):
+    if kind == "memory" or (kind == "auto" and fits_in_memory(windows)):
         return MemoryLoader(windows, rank_batch_size, seed, rank=rank, world_size=world_size)
     try:
         dataset = streaming.StreamingDataset(
@@ -132,6 +150,7 @@ def build_loader(
             batch_size=rank_batch_size,
             shuffle=True,
             shuffle_seed=seed,
+            cache_limit=cache_limit,
         )
     except (ValueError, RuntimeError) as exc:
         raise TrainingDataError(f"cannot read the windows as one dataset: {exc}") from exc
