@@ -42,6 +42,7 @@ from contracts.arrow_schema import arrow_schema
 from flywheel.clients import codec as make_codec
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
+from ground.store import Store
 from processors.lake import LakeSink, RotationLimits
 from schemas.catalog import load_schema, parsed_schema
 from streams.admin import TopicAdmin
@@ -84,7 +85,17 @@ def fill_topic(settings: Settings, topic: str, values: list[tuple[bytes, bytes]]
     produce_all(config, ((topic, key, value) for key, value in values))
 
 
-def sink_rate(settings: Settings, codec: AvroCodec, topic: str, dlq: str, lake: Path) -> float:
+def filled_topic(settings: Settings, values: list[tuple[bytes, bytes]], prefix: str) -> str:
+    """A fresh topic `<prefix>.<hex>` (and its DLQ) holding `values`; returns its name."""
+    topic = f"{prefix}.{uuid.uuid4().hex[:8]}"
+    make_topics(settings, topic)
+    fill_topic(settings, topic, values)
+    return topic
+
+
+def sink_rate(
+    settings: Settings, codec: AvroCodec, topic: str, dlq: str, lake: Path | Store
+) -> float:
     """Rows/s of the sink draining `topic`, from its first message to its last commit."""
     sink = LakeSink(
         settings.kafka_client_config(),
@@ -142,9 +153,7 @@ def throughput(
     table = Table("round", "baseline rows/s", "sink rows/s", "sink / baseline")
     ratios = []
     for r in range(rounds):
-        topic = f"bench.sink.{uuid.uuid4().hex[:8]}"
-        make_topics(settings, topic)
-        fill_topic(settings, topic, values)
+        topic = filled_topic(settings, values, "bench.sink")
         with tempfile.TemporaryDirectory() as tmp:
             base = baseline_rate(values, Path(tmp))
             ours = sink_rate(settings, codec, topic, f"{topic}.dlq", Path(tmp) / "lake")

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from analytics import Catalog
 from contracts.lake_layout import file_path
+from ground.store import Store
 from processors.lake.writer import COMPRESSION, ROW_GROUP_ROWS, write_parquet_atomically
 
 TOPIC = "rewards"
@@ -72,6 +73,8 @@ def reward_rows(rng: np.random.Generator, n: int, hour: int, first_offset: int) 
         "event_time": pa.array(
             start_ms + np.sort(rng.integers(0, 3_600_000, n)), pa.timestamp("ms", tz="UTC")
         ),
+        # The views keep one row per reward_id (a re-emitted Reward): unique here.
+        "reward_id": pa.array([f"r{hour}-{first_offset + i}" for i in range(n)]),
         "source": _strings(rng, ("SUGGESTION", "ROLLOUT"), [0.97, 0.03], n),
         "model_name": pa.array(["suggestion-gate"] * n),
         "model_version": pa.array(version),
@@ -119,7 +122,7 @@ def generate(root: Path, rows: int, files: int, seed: int) -> tuple[Path, Path]:
 
 
 def time_query(
-    lake: Path, repeats: int
+    lake: Path | Store, repeats: int
 ) -> tuple[float, float, list[float], list[tuple[object, ...]]]:
     """(connect s, cold first run s, warm run times s, result rows) over `lake`'s catalog."""
     start = time.perf_counter()
