@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from ground.sized_lru import SizedLRU
 
 
 @dataclass
@@ -45,36 +46,41 @@ class PrefixCache:
             raise ValueError("max_tokens and min_tokens must be positive")
         self.max_tokens = max_tokens
         self.min_tokens = min_tokens
-        self.stats = PrefixCacheStats()
-        self._entries: OrderedDict[tuple[int, bytes], _Entry] = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
+        self._stats = PrefixCacheStats()
+        self._entries: SizedLRU[tuple[int, bytes], _Entry] = SizedLRU(
+            max_tokens, lambda entry: len(entry.tokens)
+        )
+        self._lock = threading.Lock()  # the stats' counters
 
     @property
     def held_tokens(self) -> int:
-        return self._held
+        return self._entries.held
+
+    @property
+    def stats(self) -> PrefixCacheStats:
+        return replace(self._stats, evictions=self._entries.evictions)
 
     def lookup(self, model: Any, prompt: Sequence[int]) -> tuple[int, Any | None]:
         """(n, cache): a private copy of the KV cache of the prompt's first ``n`` tokens, the
         longest prefix held, or (0, None). ``n`` < len(prompt): generate needs one new token."""
         ids = np.asarray(prompt, dtype=np.int64)
         best: tuple[int, tuple[int, bytes] | None] = (0, None)
+        for key, entry in self._entries.items():
+            if key[0] != id(model):
+                continue
+            shared = _common_prefix(entry.tokens, ids)
+            if shared > best[0]:
+                best = (shared, key)
+        usable = min(best[0], len(ids) - 1)
+        found = None if best[1] is None or usable < self.min_tokens else self._entries.get(best[1])
         with self._lock:
-            self.stats.lookups += 1
-            for key, entry in self._entries.items():
-                if key[0] != id(model):
-                    continue
-                shared = _common_prefix(entry.tokens, ids)
-                if shared > best[0]:
-                    best = (shared, key)
-            usable = min(best[0], len(ids) - 1)
-            if best[1] is None or usable < self.min_tokens:
-                return 0, None
-            entry = self._entries[best[1]]
-            self._entries.move_to_end(best[1])
-            self.stats.hits += 1
-            self.stats.reused_tokens += usable
-            cache = copy.deepcopy(entry.cache)
+            self._stats.lookups += 1
+            if found is not None:
+                self._stats.hits += 1
+                self._stats.reused_tokens += usable
+        if found is None:
+            return 0, None
+        cache = copy.deepcopy(found.cache)  # entries are never changed once stored
         surplus = cache.get_seq_length() - usable
         if surplus > 0:
             cache.crop(-surplus)
@@ -91,22 +97,10 @@ class PrefixCache:
         if surplus > 0:
             cache.crop(-surplus)
         ids = np.asarray(prompt, dtype=np.int64)
-        key = (id(model), ids.tobytes())
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._held -= len(old.tokens)
-            self._entries[key] = _Entry(model, ids, cache)
-            self._held += len(ids)
-            while self._held > self.max_tokens:
-                _, dropped = self._entries.popitem(last=False)
-                self._held -= len(dropped.tokens)
-                self.stats.evictions += 1
+        self._entries.put((id(model), ids.tobytes()), _Entry(model, ids, cache))
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._held = 0
+        self._entries.clear()
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

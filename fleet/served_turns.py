@@ -18,14 +18,13 @@ version, is re-tokenized and marked 0: the session still trains, from its last t
 from __future__ import annotations
 
 import json
-import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from environments.episode_runner import tokenize_segments
+from ground.sized_lru import SizedLRU
 from policies.agent_chat import ToolCall, segments
 
 
@@ -92,38 +91,24 @@ class ServedTurns:
         if max_tokens < 1:
             raise ValueError("max_tokens must be positive")
         self.max_tokens = max_tokens
-        self.evictions = 0
-        self._turns: OrderedDict[str, ServedTurn] = OrderedDict()
-        self._held = 0
-        self._lock = threading.Lock()
+        self._turns: SizedLRU[str, ServedTurn] = SizedLRU(max_tokens, lambda turn: turn.tokens)
 
     @property
     def held_tokens(self) -> int:
-        return self._held
+        return self._turns.held
+
+    @property
+    def evictions(self) -> int:
+        return self._turns.evictions
 
     def __len__(self) -> int:
         return len(self._turns)
 
     def put(self, call_id: str, turn: ServedTurn) -> None:
-        if turn.tokens > self.max_tokens:
-            return
-        with self._lock:
-            old = self._turns.pop(call_id, None)
-            if old is not None:
-                self._held -= old.tokens
-            self._turns[call_id] = turn
-            self._held += turn.tokens
-            while self._held > self.max_tokens:
-                _, dropped = self._turns.popitem(last=False)
-                self._held -= dropped.tokens
-                self.evictions += 1
+        self._turns.put(call_id, turn)
 
     def get(self, call_id: str) -> ServedTurn | None:
-        with self._lock:
-            turn = self._turns.get(call_id)
-            if turn is not None:
-                self._turns.move_to_end(call_id)
-            return turn
+        return self._turns.get(call_id)
 
 
 @dataclass(frozen=True)
