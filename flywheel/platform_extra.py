@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 
 import click
 
@@ -35,6 +36,8 @@ def platform_missing() -> str | None:
     """The first module of the `platform` extra that is not installed, or None when it is all
     there. Looks the modules up without importing them (torch alone takes seconds)."""
     for name in sorted(PLATFORM_MODULES):
+        if sys.modules.get(name) is not None:
+            continue  # imported already (faust replaces its module: find_spec would refuse it)
         try:
             if importlib.util.find_spec(name) is None:
                 return name

@@ -17,7 +17,13 @@ import pytest
 from click.testing import CliRunner
 
 from flywheel.cli import COMMANDS, cli
-from flywheel.platform_extra import INSTALL_HINT, LIGHT_COMMANDS, NOT_INSTALLED, PLATFORM_MODULES
+from flywheel.platform_extra import (
+    INSTALL_HINT,
+    LIGHT_COMMANDS,
+    NOT_INSTALLED,
+    PLATFORM_MODULES,
+    platform_missing,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -139,3 +145,15 @@ def test_a_light_command_reaching_into_the_platform_names_the_fix(
         assert result.exit_code == 1 and INSTALL_HINT in result.output
     else:  # anything else is a broken install: it surfaces as it is
         assert isinstance(result.exception, ModuleNotFoundError)
+
+
+def test_an_imported_faust_counts_as_installed() -> None:
+    # faust replaces its module object with one whose __spec__ is None, and find_spec refuses
+    # that: `flywheel query` in a process that had imported faust said the platform was missing.
+    import faust  # noqa: F401
+
+    platform_missing.cache_clear()
+    try:
+        assert platform_missing() is None
+    finally:
+        platform_missing.cache_clear()
