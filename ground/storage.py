@@ -179,7 +179,12 @@ class StorageLocation:
             return fs.LocalFileSystem()
         for variable in CHECKSUM_VARIABLES:
             os.environ.setdefault(variable, "WHEN_REQUIRED")
-        options: dict[str, object] = {"region": self.region, "allow_bucket_creation": True}
+        # background_writes: a failed part then fails close() before CompleteMultipartUpload,
+        # so no partial object becomes visible (with synchronous writes, closing after a failed
+        # write would complete the upload with the parts sent so far).
+        options: dict[str, object] = {
+            "region": self.region, "allow_bucket_creation": True, "background_writes": True,
+        }  # fmt: skip
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)
             options.update(endpoint_override=parts.netloc, scheme=parts.scheme)
