@@ -167,6 +167,22 @@ class StorageLocation:
             self.credentials,
         )  # fmt: skip
 
+    def environment(self) -> dict[str, str]:
+        """The variables that point other S3 clients at this location's store, the secret
+        included: the AWS CLI, boto3 and pyarrow (`AWS_ENDPOINT_URL`), mosaicml-streaming
+        (`S3_ENDPOINT_URL`), Flywheel (`FLYWHEEL_S3_ENDPOINT`), and the checksum settings that
+        S3-compatible servers such as S3Proxy need (see `filesystem`). {} for a local one."""
+        if self.scheme == "file":
+            return {}
+        env = {"AWS_REGION": self.region, **dict.fromkeys(CHECKSUM_VARIABLES, "WHEN_REQUIRED")}
+        if self.credentials is not None:
+            env[ACCESS_KEY_VARIABLE] = self.credentials.access_key_id
+            env[SECRET_VARIABLE] = self.credentials.secret_access_key
+        if self.endpoint is not None:
+            for variable in (*ENDPOINT_VARIABLES, "S3_ENDPOINT_URL"):
+                env[variable] = self.endpoint
+        return env
+
     def filesystem(self) -> FileSystem:
         """The pyarrow filesystem holding `path`: local, or S3 at the endpoint (buckets are
         created on first write). For S3 it sets AWS_REQUEST_CHECKSUM_CALCULATION and

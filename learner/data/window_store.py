@@ -22,8 +22,8 @@ conditional PUTs).
 Training from the store: `remote_streams` gives `WindowStream`s with a remote URI and a directory
 in a local cache. StreamingDataset then downloads `index.json` and the shards it needs into that
 cache, and `cache_limit` bounds it (`learner.engine.loader.build_loader`). streaming reaches S3
-through boto3; `streaming_environment` gives the variables it reads (endpoint, key pair, the
-checksum settings S3Proxy needs).
+through boto3, which reads the variables of `StorageLocation.environment` (endpoint, key pair,
+the checksum settings S3Proxy needs): `streaming_from` sets them.
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
-from ground.storage import CHECKSUM_VARIABLES, StorageLocation
+from ground.storage import StorageLocation
 from ground.store import Store
 from learner.data.window_manifest import (
     MANIFEST_NAME,
@@ -69,22 +67,13 @@ def publish_window(store: Store, dataset: str, directory: Path) -> Published:
     size = 0
     for path in [*files, record]:
         key = f"{dataset}/{directory.name}/{path.relative_to(directory).as_posix()}"
-        size += store.write_atomically(key, partial(_copy, path))
+        size += store.write_bytes(key, path.read_bytes())
     return Published(len(files) + 1, size)
-
-
-def _copy(path: Path, out: BinaryIO) -> None:
-    out.write(path.read_bytes())
 
 
 def publish_manifest(store: Store, manifest: Manifest) -> None:
     """Replace `<dataset>/manifest.json` in the store with `manifest` (one atomic PUT)."""
-    text = manifest_json(manifest).encode()
-    store.write_atomically(f"{manifest.dataset}/{MANIFEST_NAME}", partial(_bytes, text))
-
-
-def _bytes(data: bytes, out: BinaryIO) -> None:
-    out.write(data)
+    store.write_bytes(f"{manifest.dataset}/{MANIFEST_NAME}", manifest_json(manifest).encode())
 
 
 def read_published_manifest(store: Store, dataset: str, reward_fn: str) -> Manifest:
@@ -142,23 +131,11 @@ def remote_streams(
     ]
 
 
-def streaming_environment(location: StorageLocation) -> dict[str, str]:
-    """The variables mosaicml-streaming's S3 downloads (boto3) read for `location`."""
-    env: dict[str, str] = {v: "WHEN_REQUIRED" for v in CHECKSUM_VARIABLES}
-    env["AWS_REGION"] = location.region
-    if location.endpoint is not None:
-        env["S3_ENDPOINT_URL"] = location.endpoint
-    if location.credentials is not None:
-        env["AWS_ACCESS_KEY_ID"] = location.credentials.access_key_id
-        env["AWS_SECRET_ACCESS_KEY"] = location.credentials.secret_access_key
-    return env
-
-
 @contextmanager
 def streaming_from(location: StorageLocation) -> Iterator[None]:
-    """Set `streaming_environment(location)` in this process while the block runs (streaming
-    reads it when a dataset starts downloading), then restore the previous values."""
-    env = streaming_environment(location)
+    """Set `location.environment()` in this process while the block runs (streaming reads it
+    when a dataset starts downloading), then restore the previous values."""
+    env = location.environment()
     before: Mapping[str, str | None] = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
     try:

@@ -20,6 +20,7 @@ from ground.storage import (
     ACCESS_KEY_VARIABLE,
     SECRET_VARIABLE,
     S3Credentials,
+    StorageLocation,
     read_credentials_file,
 )
 from streams.stack.ports import StackPorts
@@ -95,19 +96,8 @@ class ObjectStoreService:
 
     def client_environment(self) -> dict[str, str]:
         """The variables that point a shell's tools at this store, the secret included."""
-        credentials = self.credentials()
-        return {
-            ACCESS_KEY_VARIABLE: credentials.access_key_id,
-            SECRET_VARIABLE: credentials.secret_access_key,
-            "AWS_REGION": REGION,
-            "FLYWHEEL_S3_ENDPOINT": self.endpoint,  # Flywheel's storage locations
-            "AWS_ENDPOINT_URL": self.endpoint,  # the AWS CLI, boto3, pyarrow
-            "S3_ENDPOINT_URL": self.endpoint,  # mosaicml-streaming's s3:// remotes
-            # S3Proxy refuses the SDKs' default checksums: on uploads (XAmzContentSHA256Mismatch)
-            # and on downloads (501 for the x-amz-checksum-mode header).
-            "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
-            "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED",
-        }
+        bucket = StorageLocation("s3", self.bucket, self.endpoint, REGION, self.credentials())
+        return bucket.environment()
 
     def start(self, java: str, jar: Path) -> None:
         bucket = self.data_dir / self.bucket
