@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 from rich.console import Console
@@ -149,12 +148,8 @@ def upload(lake: Path, store: Store) -> int:
     files = list(lake.rglob("*.parquet"))
     for path in files:
         data = path.read_bytes()
-        store.write_atomically(str(path.relative_to(lake)), partial(_write, data))
+        store.write_bytes(str(path.relative_to(lake)), data)
     return len(files)
-
-
-def _write(data: bytes, out: BinaryIO) -> None:
-    out.write(data)
 
 
 def bench_query(

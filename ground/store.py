@@ -88,15 +88,13 @@ class Store:
         selector = fs.FileSelector(base, recursive=True, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
-        except FileNotFoundError:
-            return []
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return [
             StoredFile(self.key(i.path), i.size or 0) for i in infos if i.type == fs.FileType.File
         ]
 
-    def write_atomically(self, key: str, write: Callable[[BinaryIO], None]) -> int:
+    def write_atomically(self, key: str, write: Callable[[BinaryIO], object]) -> int:
         """Call `write(stream)` to produce the file `key`, visible whole or not at all (module
         docstring); an existing file of that key is replaced. Returns the size in bytes.
         Errors propagate after any temporary file is removed (nothing new is visible)."""
@@ -112,6 +110,10 @@ class Store:
         with self.fs.open_output_stream(self.path(key)) as out:
             out.write(data)
         return int(data.size)
+
+    def write_bytes(self, key: str, data: bytes) -> int:
+        """`write_atomically` of `data`."""
+        return self.write_atomically(key, lambda out: out.write(data))
 
     def read_bytes(self, key: str) -> bytes:
         """The contents of `key`; FileNotFoundError when there is none."""
