@@ -124,11 +124,12 @@ class Settings:
             )
         return Path(self.lake_uri)
 
-    def lake_store(self) -> Store:
-        """The lake as a store. For `s3://` on the embedded local stack, with no endpoint set
-        (FLYWHEEL_S3_ENDPOINT or AWS_ENDPOINT_URL), the stack's object store and key pair are
-        used; otherwise the environment's (`ground.storage`)."""
-        return Store.at(self.storage(self.lake_uri))
+    def lake_store(self, uri: str | None = None) -> Store:
+        """The lake (`uri`, a command's `--lake`, else `lake_uri`) as a store. For `s3://` on
+        the embedded local stack, with no endpoint set (FLYWHEEL_S3_ENDPOINT or
+        AWS_ENDPOINT_URL), the stack's object store and key pair are used; otherwise the
+        environment's (`ground.storage`)."""
+        return Store.at(self.storage(uri or self.lake_uri))
 
     def storage(self, uri: str) -> StorageLocation:
         """`uri` as a storage location, S3 settings as `lake_store` describes."""

@@ -17,7 +17,6 @@ from flywheel.console import out
 from flywheel.options import lake_option
 from flywheel.settings import Settings
 from flywheel.tables import Column, note, print_records
-from ground.store import Store
 
 
 def _read_sql(sql: str | None, sql_file: Path | None) -> str:
@@ -100,7 +99,7 @@ def query(
       flywheel query --format parquet --out rewards.parquet "select * from rewards"
     """
     settings = Settings.from_env()
-    catalog = Catalog(settings.lake_store() if lake is None else Store.at(settings.storage(lake)))
+    catalog = Catalog(settings.lake_store(lake))
     if show_views:
         _print_views(catalog, as_json)
         return

@@ -110,7 +110,6 @@ def sink(
     """
     # Imported here so `--help` does not load the Kafka client and pyarrow.
     from flywheel.clients import codec as make_codec
-    from ground.store import Store
     from processors.lake import LakeSink, RotationLimits
 
     ensure_logging("sink")
@@ -120,7 +119,7 @@ def sink(
     decode_as = {name: schema for name, schema in chosen.items() if schema != name}
     try:
         limits = RotationLimits(max_rows, int(max_mib * MIB), max_age_s, int(memory_mib * MIB))
-        store = settings.lake_store() if lake is None else Store.at(settings.storage(lake))
+        store = settings.lake_store(lake)
         codec = make_codec(settings)
         for schema_topic in {decode_as.get(t, t) for t in names} & set(TOPIC_VALUE_SCHEMAS):
             codec.register(schema_topic)  # fails fast, naming the fix, if the registry is down
