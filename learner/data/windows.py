@@ -25,7 +25,6 @@ from hashlib import sha256
 from pathlib import Path
 
 from contracts.lake_layout import LakeFile, scan_topic
-from ground.store import Store
 from learner.data.window_manifest import (
     TEMP_PREFIX,
     WINDOW_RECORD_NAME,
@@ -59,7 +58,7 @@ def pending_files(lake: Path, manifest: Manifest, topic: str = REWARDS_TOPIC) ->
     ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for t, partition, first, last in done:
         ranges.setdefault((t, partition), []).append((first, last))
-    scan = scan_topic(Store.at(lake), topic)
+    scan = scan_topic(lake, topic)
     pending = []
     for f in sorted(f for part in scan.files.values() for f in part):
         if (f.topic, f.partition, f.first, f.last) in done:

@@ -154,7 +154,7 @@ def plan(
     lake: Path, topic: str, *, now: datetime, min_age_s: float, target_bytes: int
 ) -> tuple[list[CompactionRun], TopicCompaction]:
     """The runs to merge in `topic` and its figures before (after: as if they were merged)."""
-    scan = scan_topic(Store.at(lake), topic)
+    scan = scan_topic(lake, topic)
     stats = TopicCompaction()
     runs: list[CompactionRun] = []
     for files in scan.files.values():

@@ -36,7 +36,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from contracts.lake_layout import scan_topic
-from ground.store import Store
 from processors.lake.errors import ErasureError
 from processors.lake.maintenance import holds_maintenance_lock
 from processors.lake.writer import write_parquet_atomically
@@ -113,7 +112,7 @@ class ErasureReport:
 
 def lake_files(lake: Path, topic: str) -> Iterator[Path]:
     """Every visible lake file of `topic` (temporary files excluded), in name order."""
-    scan = scan_topic(Store.at(lake), topic)
+    scan = scan_topic(lake, topic)
     for files in scan.files.values():
         yield from (Path(f.path) for f in files)
 
@@ -279,7 +278,7 @@ def retain(
 
 
 def _newest_file_dirs(lake: Path, topic: str) -> set[Path]:
-    scan = scan_topic(Store.at(lake), topic)
+    scan = scan_topic(lake, topic)
     return {Path(max(files).path).parent for files in scan.files.values() if files}
 
 

@@ -13,6 +13,7 @@ completion whose prompt holds the model's own earlier turns of a multi-turn sess
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,6 @@ import pyarrow.parquet as pq
 
 from contracts.advantages import GROUP_REWARD_FN, USE_REWARD_FN
 from contracts.lake_layout import LakeFile, scan_topic
-from ground.store import Store
 from streams.topics import COMPLETIONS_TOPIC, ROLLOUTS_TOPIC
 
 _REWARD_COLUMNS = ["source", "source_id", "group_id", "model_name", "model_version", "reward",
@@ -57,7 +57,7 @@ SERVED = RowSource("COMPLETION", USE_REWARD_FN, COMPLETIONS_TOPIC, "completion_i
 
 
 def _agent_rewards(
-    path: Path, model_name: str, sources: Sequence[RowSource]
+    path: str, model_name: str, sources: Sequence[RowSource]
 ) -> tuple[pa.Table, int]:
     """One Reward file's rows of ``model_name`` from ``sources``, and the rows it holds."""
     table = _read_columns(path, _REWARD_COLUMNS)
@@ -90,8 +90,8 @@ class AgentLakeReads:
 
     def _reset(self) -> None:
         # path -> ((size, mtime_ns) when read, (the file's rows of the model, rows it holds))
-        self._rewards: dict[Path, tuple[tuple[int, int], tuple[pa.Table, int]]] = {}
-        self._seen: dict[str, set[Path]] = {s.topic: set() for s in self.sources}
+        self._rewards: dict[str, tuple[tuple[int, int], tuple[pa.Table, int]]] = {}
+        self._seen: dict[str, set[str]] = {s.topic: set() for s in self.sources}
         self._tokens: dict[str, pa.Table] = {s.topic: _no_tokens() for s in self.sources}
         self._consumed: set[tuple[str, int, int, int]] = set()
 
@@ -109,13 +109,12 @@ class AgentLakeReads:
 
     def rewards(self, file: LakeFile) -> tuple[pa.Table, int]:
         """The Reward file's rows of the model from ``sources``, and the rows it holds."""
-        path = Path(file.path)
-        stat = path.stat()
+        stat = os.stat(file.path)
         version = (stat.st_size, stat.st_mtime_ns)
-        cached = self._rewards.get(path)
+        cached = self._rewards.get(file.path)
         if cached is None or cached[0] != version:
-            cached = (version, _agent_rewards(path, self.model_name, self.sources))
-            self._rewards[path] = cached
+            cached = (version, _agent_rewards(file.path, self.model_name, self.sources))
+            self._rewards[file.path] = cached
         return cached[1]
 
     def tokens(self, rewards: Sequence[pa.Table]) -> pa.Table:
@@ -134,7 +133,7 @@ class AgentLakeReads:
     def consumed(self, files: Sequence[LakeFile], rewards: Sequence[pa.Table]) -> None:
         """Forget converted Reward files and the token rows of their Rewards."""
         for f in files:
-            self._rewards.pop(Path(f.path), None)
+            self._rewards.pop(f.path, None)
             self._consumed.add((f.topic, f.partition, f.first, f.last))
         ids = pa.chunked_array([t.column("source_id") for t in rewards], pa.string())
         done = ids.combine_chunks()
@@ -145,21 +144,21 @@ class AgentLakeReads:
         """The model's token rows of ``source.topic``, after reading the files new since the
         last call; the first copy of each id."""
         seen, known = self._seen[source.topic], self._tokens[source.topic]
-        new = [f for files in scan_topic(Store.at(self.lake), source.topic).files.values()
-               for f in files if Path(f.path) not in seen]  # fmt: skip
+        new = [f for files in scan_topic(self.lake, source.topic).files.values() for f in files
+               if f.path not in seen]  # fmt: skip
         if not new:
             return known
-        table = pa.concat_tables([_token_file(Path(f.path), source, self.model_name) for f in new])
+        table = pa.concat_tables([_token_file(f.path, source, self.model_name) for f in new])
         _, first = np.unique(np.asarray(table.column("id").to_pylist(), dtype=object),
                              return_index=True)  # fmt: skip
         table = table.take(pa.array(np.sort(first)))
         table = table.filter(pc.invert(pc.is_in(table.column("id"), value_set=known.column("id"))))
         self._tokens[source.topic] = pa.concat_tables([known, table])
-        seen.update(Path(f.path) for f in new)
+        seen.update(f.path for f in new)
         return self._tokens[source.topic]
 
 
-def _token_file(path: Path, source: RowSource, model_name: str) -> pa.Table:
+def _token_file(path: str, source: RowSource, model_name: str) -> pa.Table:
     """One ``source.topic`` lake file's rows of ``model_name`` that carry tokens (the
     simulator's statistical rollouts and privacy-mode completions have none). A served
     completion whose prompt holds the session's earlier generated turns becomes one episode
@@ -219,7 +218,7 @@ def _served_episodes(part: pa.Table) -> pa.Table:
     return part.drop_columns(list(_SESSION_COLUMNS))
 
 
-def _read_columns(path: Path, columns: Sequence[str]) -> pa.Table:
+def _read_columns(path: str, columns: Sequence[str]) -> pa.Table:
     """``columns`` of a lake file; one the file lacks (an older schema) is all null."""
     present = set(pq.read_schema(path).names)
     table = pq.read_table(path, columns=[c for c in columns if c in present])
