@@ -77,7 +77,6 @@ class Catalog:
             lake = lake.local_dir
         # A local lake is a Path (catalog.duckdb beside it); an object store stays a Store.
         self.lake: Path | Store = lake if isinstance(lake, Store) else lake.expanduser().absolute()
-        self._topics: list[TopicView] = []
         self.lock_timeout_s = lock_timeout_s
         self.skipped: dict[str, str] = {}  # analyst view -> why it could not be created
         self.rewrote = False  # whether the last connect/refresh rewrote catalog.duckdb
@@ -89,12 +88,13 @@ class Catalog:
             raise CatalogError(f"a lake in an object store ({self.lake}) has no catalog file")
         return self.lake / CATALOG_FILE
 
-    def definitions(self) -> list[ViewDefinition]:
-        """Topic views (sorted), then analyst views (dependency order).
+    def definitions(self, topics: list[TopicView] | None = None) -> list[ViewDefinition]:
+        """Topic views (sorted; `topics`, else those of the lake now), then analyst views
+        (dependency order).
 
         Raises EmptyLakeError when no topic directory holds a Parquet file.
         """
-        topics = self._topics = topic_views(self.lake)
+        topics = topic_views(self.lake) if topics is None else topics
         if not any(t.has_files for t in topics):
             raise EmptyLakeError(empty_lake_message(self.lake))
         defs = [
@@ -120,13 +120,14 @@ class Catalog:
         bind (say, a column its SQL needs is in no file) is left out and listed in `skipped`.
         Raises EmptyLakeError for a lake without files, CatalogError when a topic view fails.
         """
-        defs = self.definitions()
+        topics = topic_views(self.lake)
+        defs = self.definitions(topics)
         con = duckdb.connect()
         try:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET parquet_metadata_cache = true")
             if isinstance(self.lake, Store):
-                register_datasets(con, self.lake, self._topics)
+                register_datasets(con, self.lake, topics)
             self.skipped = create_views(con, defs)
             self.rewrote = False if isinstance(self.lake, Store) else self._sync_file(defs)
         except BaseException:

@@ -108,9 +108,8 @@ def _parquet_files(root: Path) -> Iterator[Path]:
 def topic_views(lake: Path | Store) -> list[TopicView]:
     """The topic views of `lake`: every topic with files, then every platform topic without
     files (typed, empty), sorted by view name. Two topics mapping to one view name (`a.b` and
-    `a_b`) would collide: CatalogError naming both."""
-    if isinstance(lake, Store) and lake.is_local:
-        lake = Path(lake.root)
+    `a_b`) would collide: CatalogError naming both. A Path's views read the files with
+    DuckDB's `read_parquet`; a Store's, its registered datasets (`register_datasets`)."""
     if isinstance(lake, Store):
         views = _store_views(lake)
         with_files = [v.topic for v in views]
