@@ -123,14 +123,29 @@ def _copy_artifact(coordinate: str, tmp: Path, what: str) -> None:
     )
 
 
-def s3proxy_jar(artifacts: Path) -> Path:
-    """Path of S3Proxy's self-contained jar (its classifier `jar-with-dependencies`)."""
-    target = artifacts / f"s3proxy-{versions.S3PROXY_VERSION}"
+def _maven_artifact(target: Path, coordinate: str, what: str, *, unpack: bool = False) -> Path:
+    """`target`, holding the Maven artifact `coordinate` (with `unpack`, its tar.gz unpacked),
+    fetched once."""
     if not _complete(target):
         tmp = _fresh_tmp(target)
-        coordinate = f"org.gaul:s3proxy:{versions.S3PROXY_VERSION}:jar:jar-with-dependencies"
-        _copy_artifact(coordinate, tmp, f"S3Proxy {versions.S3PROXY_VERSION}")
+        _copy_artifact(coordinate, tmp, what)
+        if unpack:
+            archive = next(tmp.glob("*.tar.gz"))
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+            archive.unlink()
         _publish(tmp, target)
+    return target
+
+
+def s3proxy_jar(artifacts: Path) -> Path:
+    """Path of S3Proxy's self-contained jar (its classifier `jar-with-dependencies`)."""
+    version = versions.S3PROXY_VERSION
+    target = _maven_artifact(
+        artifacts / f"s3proxy-{version}",
+        f"org.gaul:s3proxy:{version}:jar:jar-with-dependencies",
+        f"S3Proxy {version}",
+    )
     jars = sorted(target.glob("s3proxy-*.jar"))
     if not jars:
         raise StackError(f"no S3Proxy jar in {target}; delete that folder and run again")
@@ -139,16 +154,13 @@ def s3proxy_jar(artifacts: Path) -> Path:
 
 def apicurio_app(artifacts: Path) -> Path:
     """Path of Apicurio Registry's runner jar, downloaded and unpacked once."""
-    target = artifacts / f"apicurio-{versions.APICURIO_VERSION}"
-    if not _complete(target):
-        tmp = _fresh_tmp(target)
-        coordinate = f"io.apicurio:apicurio-registry-app:{versions.APICURIO_VERSION}:tar.gz:all"
-        _copy_artifact(coordinate, tmp, f"Apicurio Registry {versions.APICURIO_VERSION}")
-        archive = next(tmp.glob("*.tar.gz"))
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        archive.unlink()
-        _publish(tmp, target)
+    version = versions.APICURIO_VERSION
+    target = _maven_artifact(
+        artifacts / f"apicurio-{version}",
+        f"io.apicurio:apicurio-registry-app:{version}:tar.gz:all",
+        f"Apicurio Registry {version}",
+        unpack=True,
+    )
     jars = sorted(target.glob("*-runner.jar")) or sorted(target.glob("quarkus-run.jar"))
     if not jars:
         raise StackError(f"no runnable jar in {target}; delete that folder and run again")
