@@ -20,7 +20,9 @@ from pathlib import Path
 from contracts.lake_layout import parse_file_name
 from flywheel import clients
 from flywheel.settings import Settings
+from ground.store import Store
 from learner.data.window_erasure import drop_windows, windows_locked
+from learner.data.window_store import drop_published
 from processors.lake.dlq_erasure import DLQ_TOPICS, purge_dead_letters
 from processors.lake.erasure import (
     USER_TOPICS,
@@ -55,7 +57,9 @@ def erase_everywhere(
             settings.kafka_client_config(), keys, codec.decode, topics=dlq_topics
         )
         report = ErasureReport(uuid.uuid4().hex, user_id, dead_letters_removed=dead_letters)
-        erase_training_data(settings.lake, settings.home / "mds", keys, report)
+        erase_training_data(
+            settings.lake, settings.home / "mds", keys, report, settings.windows_store()
+        )
         others = [t for t in USER_TOPICS if t != REWARDS_TOPIC]
         erase_user(settings.lake, user_id, keys=keys, topics=others, report=report)
     event = erasure_event(report, producer=f"flywheel.privacy/{socket.gethostname()}")
@@ -65,12 +69,23 @@ def erase_everywhere(
     return report
 
 
-def erase_training_data(lake: Path, mds_root: Path, keys: UserKeys, report: ErasureReport) -> None:
+def erase_training_data(
+    lake: Path,
+    mds_root: Path,
+    keys: UserKeys,
+    report: ErasureReport,
+    windows: Store | None = None,
+) -> None:
     """Drop the MDS windows built from `rewards` lake files holding the user's rows (both
     recipes build windows from Reward files only; the agent's also hold the tokens of the
-    completions those Rewards score), then rewrite those files, under every dataset's lock."""
+    completions those Rewards score), then rewrite those files, under every dataset's lock.
+    Published windows (`windows`, FLYWHEEL_WINDOWS) go first: a learner adopts what the store
+    lists, and drops what the store dropped (`learner.data.window_store`)."""
     with windows_locked(mds_root):
         held = (parse_file_name(p) for p in user_files(lake, REWARDS_TOPIC, keys))
         files = {(f.topic, f.partition, f.first, f.last) for f in held if f is not None}
+        if windows is not None:
+            published = drop_published(windows, files)
+            report.windows_dropped += [f"{windows}/{name}" for name in published]
         report.windows_dropped += drop_windows(mds_root, files)
         erase_user(lake, keys.user_id, keys=keys, topics=[REWARDS_TOPIC], report=report)

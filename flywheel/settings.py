@@ -17,6 +17,7 @@ _PREFIX = "FLYWHEEL_"
 # FLYWHEEL_KAFKA_SASL_PASSWORD -> sasl.password: passed through to librdkafka / aiokafka.
 _KAFKA_PREFIX = "FLYWHEEL_KAFKA_"
 _STORAGE_PREFIXES = ("AWS_", "FLYWHEEL_S3_")
+DEFAULT_WINDOWS_CACHE_BYTES = 8 << 30  # shards of streamed windows a learner keeps (LRU)
 _SECRET_WORDS = ("password", "secret", "key", "token", "credentials")
 MASK = "****"
 
@@ -36,6 +37,19 @@ def is_secret(name: str) -> bool:
     """True for configuration keys whose values must never be printed."""
     lowered = name.lower()
     return any(word in lowered for word in _SECRET_WORDS)
+
+
+def _size(env: Mapping[str, str], name: str, default: int) -> int:
+    value = env.get(name)
+    if not value:
+        return default
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise SettingsError(f"{name}={value!r} is not a positive number of bytes")
+    return size
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
@@ -59,7 +73,9 @@ class Settings:
     started locally) or both None (the embedded local stack under `home` is used).
 
     `lake_uri` is FLYWHEEL_LAKE: a directory (default `$FLYWHEEL_HOME/lake`) or `s3://bucket/
-    prefix` (`lake_store`).
+    prefix` (`lake_store`). `windows_uri` is FLYWHEEL_WINDOWS: where learners publish their MDS
+    windows and stream them from (None: each learner's windows stay on its own disk), with at
+    most `windows_cache_bytes` (FLYWHEEL_WINDOWS_CACHE_BYTES) of shards cached locally.
     """
 
     home: Path
@@ -71,6 +87,8 @@ class Settings:
     pseudonym_key: str | None = field(default=None, repr=False)  # secret: never printed
     # The S3 variables of the environment read (`ground.storage`): secrets, never printed.
     storage_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    windows_uri: str | None = None
+    windows_cache_bytes: int = DEFAULT_WINDOWS_CACHE_BYTES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -104,7 +122,12 @@ class Settings:
         }
         pseudonym_key = env.get(f"{_PREFIX}PSEUDONYM_KEY") or None
         storage_env = {n: v for n, v in env.items() if n.startswith(_STORAGE_PREFIXES)}
-        return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key, storage_env)
+        windows = env.get(f"{_PREFIX}WINDOWS") or None
+        if windows is not None and "://" not in windows:
+            windows = str(Path(windows).expanduser().absolute())
+        cache = _size(env, f"{_PREFIX}WINDOWS_CACHE_BYTES", DEFAULT_WINDOWS_CACHE_BYTES)
+        return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key, storage_env,
+                   windows, cache)  # fmt: skip
 
     @property
     def lake_on_disk(self) -> bool:
@@ -130,6 +153,11 @@ class Settings:
         AWS_ENDPOINT_URL), the stack's object store and key pair are used; otherwise the
         environment's (`ground.storage`)."""
         return Store.at(self.storage(uri or self.lake_uri))
+
+    def windows_store(self) -> Store | None:
+        """Where learners publish windows (`windows_uri`, as `lake_store` resolves a URI);
+        None when unset."""
+        return None if self.windows_uri is None else Store.at(self.storage(self.windows_uri))
 
     def storage(self, uri: str) -> StorageLocation:
         """`uri` as a storage location, S3 settings as `lake_store` describes."""
@@ -169,6 +197,7 @@ class Settings:
     def __repr__(self) -> str:
         return (
             f"Settings(home={str(self.home)!r}, lake={self.lake_uri!r}, "
+            f"windows={self.windows_uri!r}, "
             f"bootstrap={self.kafka_bootstrap!r}, registry={public_url(self.registry_url)!r}, "
             f"local_stack={self.uses_local_stack}, kafka_config={self.masked_kafka_config()!r})"
         )

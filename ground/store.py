@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class StoredFile:
-    """One file in a store: its key and its size in bytes."""
+    """One file in a store: its key, its size in bytes and when it was last written (ns since
+    the epoch; None where the store does not say)."""
 
     key: str
     size: int
+    mtime_ns: int | None = None
 
     @property
     def name(self) -> str:
@@ -91,7 +93,9 @@ class Store:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return [
-            StoredFile(self.key(i.path), i.size or 0) for i in infos if i.type == fs.FileType.File
+            StoredFile(self.key(i.path), i.size or 0, i.mtime_ns)
+            for i in infos
+            if i.type == fs.FileType.File
         ]
 
     def write_atomically(self, key: str, write: Callable[[BinaryIO], object]) -> int:

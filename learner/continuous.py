@@ -14,6 +14,7 @@ is settled from its state in ``models.versions`` (learner.lifecycle).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import threading
@@ -25,8 +26,17 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import torch
 
+from ground.store import Store
+from learner.data.lake_mirror import sync_mirror
 from learner.data.replay import StreamsConfig, plan_streams
 from learner.data.window_manifest import WindowRecord, read_manifest
+from learner.data.window_store import (
+    link_into_cache,
+    remote_streams,
+    streaming_from,
+    sync_published,
+)
+from learner.data.windows import dataset_lock
 from learner.engine.checkpoints import load_trained
 from learner.engine.loader import WindowStream, concat_rows
 from learner.engine.microbatch import Collate, TrainingTask
@@ -48,10 +58,27 @@ P = TypeVar("P", bound="Production")  # what the recipe loaded of production
 
 @dataclass(frozen=True)
 class LearnerPaths:
-    lake: Path
+    lake: Path  # the lake on disk, or this learner's mirror of `lake_store`
     mds_root: Path  # mds/<dataset>/ per model
     models_root: Path  # models/<model>/<version>/ artifacts
     runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
+    # The lake in an object store, mirrored into `lake` before each build (lake_mirror).
+    lake_store: Store | None = None
+    # Where windows are published (learner.data.window_store); training then streams every
+    # window from there through `windows_cache`, at most `windows_cache_limit` bytes of shards.
+    windows: Store | None = None
+    windows_cache: Path | None = None
+    windows_cache_limit: int | None = None
+
+    def describe(self, dataset: str) -> str:
+        """Where the lake and `dataset`'s windows are, for a learner's first log line."""
+        lake = f"lake {self.lake}"
+        if self.lake_store is not None:
+            lake = f"lake {self.lake_store} (mirrored in {self.lake})"
+        windows = f"MDS {self.mds_root / dataset}"
+        if self.windows is not None:
+            windows += f", published to {self.windows}/{dataset} (cache {self.windows_cache})"
+        return f"{lake}, {windows}"
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,8 @@ class LoopSettings:
     # A resumed cycle rewrites the warm start's init.pt (the gate: production may have changed
     # since the crash), or keeps the one it started from (the agent).
     overwrite_warm_start: bool
+    # The lake topics the recipe reads (a lake in an object store mirrors them).
+    lake_topics: tuple[str, ...] = (REWARDS_TOPIC,)
 
 
 class Production(Protocol):
@@ -197,7 +226,10 @@ class ContinuousLearner(Generic[M, P]):
         trained = self.lifecycle.trained_windows()
         last_note = 0.0
         while not stop.is_set():
+            self._sync_lake()
+            self._sync_windows()  # adopt what was published before building more
             self.recipe.build_window(production, self.stats)
+            self._sync_windows()  # publish what was built
             manifest = read_manifest(self.paths.mds_root / s.dataset, s.dataset, s.reward_fn)
             new = [w for w in manifest.windows if w.name not in trained and w.rows > 0]
             rows = sum(w.rows for w in new)
@@ -208,6 +240,29 @@ class ContinuousLearner(Generic[M, P]):
                 last_note = time.monotonic()
             stop.wait(s.poll_s)
         return []
+
+    def _sync_lake(self) -> None:
+        store = self.paths.lake_store
+        if store is None:
+            return
+        done = sync_mirror(store, self.paths.lake, self.settings.lake_topics)
+        if done.fetched or done.removed:
+            self.log(f"lake mirror: {done.fetched} file(s) fetched ({done.bytes:,} bytes), "
+                     f"{done.removed} removed, from {store}")  # fmt: skip
+
+    def _sync_windows(self) -> None:
+        store = self.paths.windows
+        if store is None:
+            return
+        s = self.settings
+        root = self.paths.mds_root / s.dataset
+        root.mkdir(parents=True, exist_ok=True)
+        with dataset_lock(root):
+            done = sync_published(store, root, s.dataset, s.reward_fn)
+        for what, names in (("adopted", done.adopted), ("published", done.published),
+                            ("dropped (gone from the store)", done.dropped)):  # fmt: skip
+            if names:
+                self.log(f"windows {what}: {', '.join(names)} ({store}/{s.dataset})")
 
     def cycle(
         self, new: Sequence[WindowRecord], production: P, stop: threading.Event
@@ -239,15 +294,33 @@ class ContinuousLearner(Generic[M, P]):
             replay_fraction=s.streams.replay_fraction,
             max_replay_windows=s.streams.max_replay_windows,
         )  # fmt: skip
+        windows = [self._stream(p.local, p.proportion) for p in streams]
         trainer = Trainer(
             dataclasses.replace(s.train, save_dir=save_dir, init_from=init_from),
             plan.task,
             plan.model_factory,
-            [WindowStream(local=p.local, proportion=p.proportion) for p in streams],
+            windows,
             collate=plan.collate,
+            cache_limit=self.paths.windows_cache_limit,
         )
-        fit = trainer.fit()
+        store = self.paths.windows
+        remote = store is not None and any(w.remote for w in windows)
+        with streaming_from(store.location) if remote and store else contextlib.nullcontext():
+            fit = trainer.fit()
         return load_trained(save_dir, plan.model_factory), fit
+
+    def _stream(self, local: Path, proportion: float | None) -> WindowStream:
+        """A window on this disk; with a windows store, every window streams from the store
+        through the bounded cache (streaming's eviction deletes shards of any local directory,
+        so it never gets the windows built here), a window built here linked into the cache
+        first so that it is not downloaded."""
+        store, cache = self.paths.windows, self.paths.windows_cache
+        if store is None or cache is None:
+            return WindowStream(local=local, proportion=proportion)
+        stream = remote_streams(store, self.settings.dataset, [local.name], cache, [proportion])[0]
+        if (local / "index.json").exists():
+            link_into_cache(local, stream.local)
+        return stream
 
     def _register(
         self,

@@ -30,6 +30,24 @@ def _log(message: str) -> None:
     err.print(f"{datetime.now(UTC):%H:%M:%S} learner: {message}", highlight=False)
 
 
+def learner_paths(settings: Settings) -> LearnerPaths:
+    """Where a learner keeps its files under FLYWHEEL_HOME. A lake in an object store is read
+    through a mirror under `cache/lake`; with FLYWHEEL_WINDOWS, windows are published there and
+    streamed through `cache/windows` (docs/object-storage.md)."""
+    home = settings.home
+    on_disk = settings.lake_on_disk
+    return LearnerPaths(
+        lake=settings.lake if on_disk else home / "cache" / "lake",
+        mds_root=home / "mds",
+        models_root=home / "models",
+        runs_root=home / "runs",
+        lake_store=None if on_disk else settings.lake_store(),
+        windows=settings.windows_store(),
+        windows_cache=home / "cache" / "windows",
+        windows_cache_limit=settings.windows_cache_bytes,
+    )
+
+
 @click.command()
 @click.option(
     "--recipe",
@@ -131,12 +149,7 @@ def learn(
         max_versions=max_versions,
         min_rows=min_rows,
         duration=duration,
-        paths=LearnerPaths(
-            lake=settings.lake,
-            mds_root=settings.home / "mds",
-            models_root=settings.home / "models",
-            runs_root=settings.home / "runs",
-        ),
+        paths=learner_paths(settings),
         kafka_config=settings.kafka_client_config(),
         codec=codec(settings),
         stop=stop,

@@ -167,6 +167,7 @@ class Trainer:
         optimizer_factory: OptimizerFactory | None = None,
         collate: Collate = concat_rows,
         on_step: Callable[[StepReport], None] | None = None,
+        cache_limit: int | None = None,
     ) -> None:
         if config.save_dir is None:
             raise TrainerConfigError("save_dir is unset: give the directory for checkpoints")
@@ -180,6 +181,7 @@ class Trainer:
         )
         self.collate = collate
         self.on_step = on_step
+        self.cache_limit = cache_limit  # bytes of remote windows' shards kept (None: no bound)
 
     def fit(self) -> FitResult:
         """Runs (or resumes) training to the budget; returns what it did.
@@ -230,6 +232,7 @@ class _Run:
         loader = build_loader(
             self.trainer.windows, self.rank_batch, self.config.seed, self.config.num_workers,
             kind=self.config.loader, rank=self.ctx.rank, world_size=self.ctx.world_size,
+            cache_limit=self.trainer.cache_limit,
         )  # fmt: skip
         if loader_state is not None:
             loader.load_state_dict(loader_state)

@@ -45,6 +45,7 @@ from learner.continuous import (
 )
 from learner.data.replay import StreamsConfig
 from learner.data.window_manifest import WindowRecord
+from learner.data.window_store import download_window
 from learner.engine.trainer import TrainerConfig
 from learner.errors import LearnerError
 from learner.eval_suite import EvalConfig, EvalResult, evaluate, extra_metrics, load_evals
@@ -58,6 +59,7 @@ from model_registry.canary import CanaryConfig
 from model_registry.registry import ModelRegistry
 from policies.agent_lm import load_checkpoint, save_checkpoint
 from schemas.enums import Channel, ModelEventType
+from streams.topics import REWARDS_TOPIC
 
 DEFAULT_AGENT_CONFIG = Path(__file__).parent / "configs" / "rl.yaml"  # the repository environment
 PROGRAM_SYNTHESIS_AGENT_CONFIG = DEFAULT_AGENT_CONFIG.with_name("rl-program-synthesis.yaml")
@@ -163,6 +165,7 @@ class AgentRLRecipe:
             waiting_for="trials", streams=config.streams, train=config.train,
             canary=config.canary, canary_source="ROLLOUT", cluster_by="group_id",
             production="before_wait", overwrite_warm_start=False,
+            lake_topics=(REWARDS_TOPIC, *(source.topic for source in config.windows.sources)),
         )  # fmt: skip
         self._registry: ModelRegistry | None = None  # production()'s, for the promotions
         self._evals: dict[int, EvalResult] = {}  # each version's eval suite result, once
@@ -318,13 +321,22 @@ class AgentRLRecipe:
             self.log(f"{window.name}: {window.dead_letter_rows} malformed rows left out "
                      f"({window.dead_letters}); see its dead_letters.jsonl")  # fmt: skip
 
+    def _window_on_disk(self, name: str) -> Path:
+        """The window's directory: built here, or (adopted from the windows store) fetched into
+        the cache directory training streams it through."""
+        local = self.paths.mds_root / self.dataset / name
+        store, cache = self.paths.windows, self.paths.windows_cache
+        if (local / "index.json").exists() or store is None or cache is None:
+            return local
+        return download_window(store, self.dataset, name, cache / self.dataset / name)
+
     def _stale_rows(self, windows: Sequence[WindowRecord], fresh: frozenset[int]) -> int:
         """Rows of ``windows`` sampled by versions not in ``fresh``."""
         from streaming import LocalDataset
 
         stale = 0
         for w in windows:
-            dataset = LocalDataset(str(self.paths.mds_root / self.dataset / w.name))
+            dataset = LocalDataset(str(self._window_on_disk(w.name)))
             for i in range(len(dataset)):
                 sample = dataset[i]
                 versions = sample["version"][: sample["n_rows"]]
@@ -348,8 +360,7 @@ def main(run: RecipeRun) -> None:
     config = overridden(AgentRLConfig.load(run.config_path or DEFAULT_AGENT_CONFIG), run)
     recipe = AgentRLRecipe(config, run.paths, log=run.log)
     learner = ContinuousLearner(recipe, run.paths, run.kafka_config, run.codec, log=run.log)
-    run.log(f"agent {config.model_name}: lake {run.paths.lake}, MDS "
-            f"{run.paths.mds_root}/{recipe.dataset}")  # fmt: skip
+    run.log(f"agent {config.model_name}: {run.paths.describe(recipe.dataset)}")
     with run.serve_metrics(learner.stats, config.model_name):
         results = learner.run(run.stop, run.max_versions)
     run.log(f"stopped after {len(results)} version(s) this run")

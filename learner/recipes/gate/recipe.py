@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from feature_store.declarations import load_features
 from learner.continuous import (
     WINDOW_LAST_EVENT_METRIC,
     ContinuousLearner,
@@ -79,6 +80,8 @@ class GateRecipe:
         dataset = model_name
         self._enrich: Enrich | None = None
         self._extra_columns: tuple[str, ...] = ()
+        # Every declared feature's source: production may use other features than the config's.
+        topics = [config.windows.topic, *load_features().sources()]
         if config.features:
             # Windows with feature columns are another dataset: MDS samples of one dataset share
             # one layout, and replay mixes windows.
@@ -92,7 +95,7 @@ class GateRecipe:
             min_new_rows=config.loop.min_new_rows, poll_s=config.loop.poll_s,
             waiting_for="data", streams=config.streams, train=config.train,
             canary=config.canary, canary_source="SUGGESTION", cluster_by="user_id",
-            production="after_wait", overwrite_warm_start=True,
+            production="after_wait", overwrite_warm_start=True, lake_topics=tuple(topics),
         )  # fmt: skip
 
     @property
@@ -271,9 +274,7 @@ def main(run: RecipeRun) -> None:
     recipe = GateRecipe(config, model_name, run.paths, fallback, log=run.log)
     learner = ContinuousLearner(recipe, run.paths, run.kafka_config, run.codec, log=run.log)
     paths = run.paths
-    run.log(
-        f"model {model_name}: lake {paths.lake}, MDS {paths.mds_root}, models {paths.models_root}"
-    )
+    run.log(f"model {model_name}: {paths.describe(recipe.dataset)}, models {paths.models_root}")
     if config.features:
         run.log(f"policy input: context + features {', '.join(config.features)} (point in time)")
     with run.serve_metrics(learner.stats, model_name):
