@@ -18,7 +18,8 @@ view only once they hold a file.
 A lake in an object store (`ground.store`; DuckDB's own S3 reader is an extension that
 downloads at run time, which many machines cannot) is read through pyarrow instead: each topic's
 visible files, listed once when the views are made (`scan_topic`, so a compaction's superseded
-inputs are left out), become a pyarrow dataset with the same hive columns, registered in DuckDB
+inputs are left out; other `*.parquet` files of a table that is not a topic are read too, as on
+disk), become a pyarrow dataset with the same hive columns, registered in DuckDB
 as `_files_<view>` (`register_datasets`); the view selects from it with the same dedupe. DuckDB
 pushes filters and projections into the dataset scan, so `dt`/`hour` filters prune files. The
 file list is fixed per connection: open a new one (`flywheel query` does, per run) to see newer
@@ -155,7 +156,8 @@ def dataset_relation(view: str) -> str:
 def _store_views(lake: Store) -> list[TopicView]:
     views = []
     for topic in _store_topics(lake):
-        files = tuple(f.path for part in scan_topic(lake, topic).files.values() for f in part)
+        scan = scan_topic(lake, topic)
+        files = tuple([*(f.path for part in scan.files.values() for f in part), *scan.others])
         if files:
             name = view_name(topic)
             select = f"SELECT * FROM {quote_identifier(dataset_relation(name))}"  # noqa: S608

@@ -63,12 +63,14 @@ class LakeFile:
 @dataclass
 class TopicScan:
     """What a topic's directory holds: visible files per partition (sorted by `first`),
-    superseded files (a range inside a visible file's: compaction's inputs not yet deleted) and
-    temporary files left behind by a writer that died."""
+    superseded files (a range inside a visible file's: compaction's inputs not yet deleted),
+    temporary files left behind by a writer that died, and other Parquet files (a table that
+    is not a topic, written whole under names of its own: `flywheel demo`'s results)."""
 
     files: dict[int, list[LakeFile]] = field(default_factory=dict)
     temps: dict[int, list[str]] = field(default_factory=dict)  # keys in the store
     superseded: dict[int, list[LakeFile]] = field(default_factory=dict)
+    others: list[str] = field(default_factory=list)  # filesystem paths, as LakeFile.path
 
     def resume_offsets(self) -> dict[int, int]:
         """Partition -> offset to consume next: the largest `last` on disk + 1."""
@@ -173,6 +175,8 @@ def scan_topic(lake: Store | Path, topic: str) -> TopicScan:
         temp = temp_partition(stored.name)
         if temp is not None and temp[0] == topic:
             scan.temps.setdefault(temp[1], []).append(stored.key)
+        elif stored.name.endswith(SUFFIX) and not stored.name.startswith("."):
+            scan.others.append(lake.path(stored.key))
     for partition, files in scan.files.items():
         visible, superseded = split_superseded(files)
         scan.files[partition] = visible

@@ -55,7 +55,8 @@ def check_config(env: Mapping[str, str] | None = None) -> tuple[CheckResult, Set
     where = "the embedded local stack" if settings.uses_local_stack else "an external cluster"
     detail = (
         f"valid; {where}: bootstrap {settings.kafka_bootstrap}, registry "
-        f"{public_url(settings.registry_url)}, lake {settings.lake}"
+        f"{public_url(settings.registry_url)}, lake {settings.lake_uri}"
+        + (f", windows {settings.windows_uri}" if settings.windows_uri else "")
     )
     return CheckResult("config", True, detail), settings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +71,23 @@ def agent_table(results: RunResults) -> Table:
     for v in results.agent_versions:
         table.add_row(*agent_cells(v))
     return table
+
+
+DEMO_LAKE = "s3://flywheel/lake"
+DEMO_WINDOWS = "s3://flywheel/windows"
+
+
+def demo_storage(settings: Settings, storage: str) -> Settings:
+    """The demo's settings with `--storage store`: the lake and the windows in the local
+    stack's object store unless FLYWHEEL_LAKE / FLYWHEEL_WINDOWS say otherwise. Set in this
+    process's environment, which the demo's workers inherit."""
+    if storage != "store" or not settings.uses_local_stack:
+        return settings
+    defaults = {"FLYWHEEL_LAKE": DEMO_LAKE, "FLYWHEEL_WINDOWS": DEMO_WINDOWS}
+    for name, value in defaults.items():
+        if not os.environ.get(name):
+            os.environ[name] = value
+    return Settings.from_env()
 
 
 @click.command()
@@ -151,6 +169,17 @@ def agent_table(results: RunResults) -> Table:
     "repositories; rollout workers and the RL learner) or program-synthesis (single "
     "completions; also a serving replica and simulated users whose reactions train it).",
 )
+@click.option(
+    "--storage",
+    type=click.Choice(["store", "disk"]),
+    default="store",
+    show_default=True,
+    help="Where the lake and the training windows live. store: the local stack's S3 server "
+    f"({DEMO_LAKE}, {DEMO_WINDOWS}); the sink writes there and the learners mirror the lake and "
+    "publish and stream their windows, as learners on other machines do. disk: "
+    "$FLYWHEEL_HOME/lake and each learner's mds/. FLYWHEEL_LAKE and FLYWHEEL_WINDOWS, when set, "
+    "win over both.",
+)
 def demo(
     config_path: Path,
     versions: int,
@@ -162,6 +191,7 @@ def demo(
     loop: str,
     agent_versions: int,
     agent_env: str,
+    storage: str,
 ) -> None:
     """Run the closed loops on the local stack until enough versions are decided.
 
@@ -178,7 +208,7 @@ def demo(
     gate's in the lake (demo.results) and writes an HTML report. The lake, catalog and models
     stay for `flywheel query` and `flywheel models list`.
     """
-    settings = Settings.from_env()
+    settings = demo_storage(Settings.from_env(), storage)
     run_id = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     options = DemoOptions(
         config_path,
@@ -218,6 +248,8 @@ def demo(
             out.print(f"Agent, sampled: {pass_at_k_text(results)}")
     page = write_report(results, settings.home / "demo" / run_id / "report")
     out.print(f"report: {page}")
-    hint = 'flywheel query "select * from demo_results"'  # a fixed string, not built SQL
+    sql = '"select * from demo_results"'  # a fixed string, not built SQL
+    lake = "" if settings.lake_on_disk else f"--lake {settings.lake_uri} "
+    hint = "flywheel query " + lake + sql
     model = options.model_name if options.tab else options.agent_model
     out.print(f"next: flywheel models list --model {model}   |   {hint}")

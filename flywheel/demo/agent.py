@@ -25,13 +25,14 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import duckdb
-
+import analytics
+from analytics.errors import EmptyLakeError
 from contracts.advantages import DEFAULT_GROUP_SIZE
 from environments import PROGRAM_SYNTHESIS, REPOSITORY
 from environments.episodes import EpisodeLimits
 from flywheel.demo.results import AgentVersionResult
 from flywheel.demo.workers import WorkerSpec
+from ground.store import Store
 from learner.continuous import WINDOW_LAST_EVENT_METRIC
 from learner.recipes.agent_rl.recipe import DEFAULT_AGENT_CONFIG, PROGRAM_SYNTHESIS_AGENT_CONFIG
 from learner.recipes.agent_rl.windows import TRIALS, RowSource
@@ -39,7 +40,6 @@ from learner.recipes.agent_sft.recipe import DEFAULT_SFT_CONFIG, PROGRAM_SYNTHES
 from model_registry.registry import DECIDED, VersionState
 from policies.agent_sampling import SamplingParams
 from schemas.enums import ModelEventType
-from streams.topics import REWARDS_TOPIC
 
 LEVEL_METRIC = "eval_pass_at_1_level"  # learner.eval_suite.EvalResult.level_metrics
 # Agent users' requests (repository: tool sessions of up to 8 turns) per second: a share of the
@@ -121,22 +121,27 @@ def agent_specs(
 
 
 def online_rewards(
-    lake: Path, model_name: str, source: RowSource = TRIALS
+    lake: Path | Store, model_name: str, source: RowSource = TRIALS
 ) -> dict[int, tuple[float, int]]:
-    """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` in the lake:
-    sandbox trials, or the served completions users reacted to (a tool session's last turn:
-    its earlier turns carry no reaction of their own)."""
-    files = sorted(str(p) for p in (lake / REWARDS_TOPIC).rglob("*.parquet"))
-    if not files:
+    """Version → (mean reward, count) of ``model_name``'s Rewards of ``source`` in the lake (on
+    disk or in a store; the catalog's `rewards` view: each Reward once): sandbox trials, or the
+    served completions users reacted to (a tool session's last turn: its earlier turns carry no
+    reaction of their own)."""
+    try:
+        con = analytics.connect(lake)
+    except EmptyLakeError:
         return {}
-    with duckdb.connect() as con:
+    with con:
+        views = {name for (name,) in con.execute("select view_name from duckdb_views()").fetchall()}
+        if "rewards" not in views:
+            return {}
         rows = con.execute(
-            "select model_version, avg(reward), count(*) from read_parquet($files, "
-            "union_by_name = true) where model_name = $model and reward_fn = $fn "
+            "select model_version, avg(reward), count(*) from rewards "
+            "where model_name = $model and reward_fn = $fn "
             "and source = $source and (not $served or cardinality(reward_components) > 0) "
             "group by model_version",
-            {"files": files, "model": model_name, "fn": source.reward_fn,
-             "source": source.reward_source, "served": source.reward_source == "COMPLETION"},
+            {"model": model_name, "fn": source.reward_fn, "source": source.reward_source,
+             "served": source.reward_source == "COMPLETION"},
         ).fetchall()  # fmt: skip
     return {int(v): (float(mean), int(n)) for v, mean, n in rows}
 

@@ -268,8 +268,8 @@ class Demo:
             if o.agent:
                 states = self._agent_states()
                 results.agent_versions = agent_version_results(
-                    states, online_rewards(s.lake, o.agent_model),
-                    online_rewards(s.lake, o.agent_model, SERVED), self.started,
+                    states, online_rewards(s.lake_store(), o.agent_model),
+                    online_rewards(s.lake_store(), o.agent_model, SERVED), self.started,
                 )  # fmt: skip
                 results.agent_env = o.agent_env
                 results.agent_extra_eval = ENVIRONMENTS.get_any(o.agent_env).extra_eval
@@ -281,7 +281,7 @@ class Demo:
                         EPISODE_LIMITS,
                         lambda line: err.print(line, highlight=False),
                     )
-            results.save(self.run_dir, s.lake)
+            results.save(self.run_dir, s.lake_store())
         return results
 
     def _feature_provider(self, stop: threading.Event) -> FeatureProvider | None:

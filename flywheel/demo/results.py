@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ground.errors import FlywheelError
+from ground.store import Store
 
 RESULTS_FILE = "results.json"
 LAKE_TABLE = "demo.results"
@@ -149,8 +150,9 @@ class RunResults:
             final.accept_rate / base.accept_rate - 1.0,
         )
 
-    def save(self, run_dir: Path, lake: Path) -> Path:
-        """Write results.json atomically under ``run_dir`` and the version table to the lake."""
+    def save(self, run_dir: Path, lake: Path | Store) -> Path:
+        """Write results.json atomically under ``run_dir`` and the version table to the lake
+        (on disk or in a store: one atomic write either way)."""
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / RESULTS_FILE
         tmp = path.with_suffix(".tmp")
@@ -164,12 +166,9 @@ class RunResults:
                 ]
             )
             started = datetime.fromisoformat(self.started_at).astimezone(UTC)
-            folder = lake / LAKE_TABLE / f"dt={started:%Y-%m-%d}" / f"hour={started:%H}"
-            target = folder / f"{self.run_id}.parquet"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp_parquet = target.parent / f".{target.name}.tmp"
-            pq.write_table(table, tmp_parquet)
-            os.replace(tmp_parquet, target)
+            key = f"{LAKE_TABLE}/dt={started:%Y-%m-%d}/hour={started:%H}/{self.run_id}.parquet"
+            store = Store.at(lake) if isinstance(lake, Path) else lake
+            store.write_atomically(key, lambda out: pq.write_table(table, out))
         return path
 
     @classmethod

@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -84,3 +86,17 @@ def test_flywheel_query_reads_the_lake_from_the_store(
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.output.splitlines()]  # JSON lines
     assert rows == [{"model_version": 1, "requests": 60}, {"model_version": 2, "requests": 60}]
+
+
+def test_a_table_of_its_own_file_names_reads_from_the_store_as_from_disk(
+    lakes: tuple[Path, Store],
+) -> None:
+    """`flywheel demo`'s results: whole files named by run, not the sink's offset ranges."""
+    disk, store = lakes
+    table = pa.table({"run_id": ["r1", "r1"], "version": [0, 1], "decision": ["", "PROMOTED"]})
+    for lake in (Store.at(disk), store):
+        key = "demo.results/dt=2026-03-01/hour=10/r1.parquet"
+        lake.write_atomically(key, lambda out: pq.write_table(table, out))
+    with analytics.connect(disk) as local, analytics.connect(store) as remote:
+        assert _everything(remote, "demo_results") == _everything(local, "demo_results")
+        assert remote.execute("select count(*) from demo_results").fetchone() == (2,)
