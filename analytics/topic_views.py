@@ -40,7 +40,7 @@ import duckdb
 
 from analytics.errors import CatalogError
 from contracts.arrow_schema import arrow_schema
-from contracts.lake_layout import SUFFIX, scan_topic
+from contracts.lake_layout import SUFFIX, scan_topic, topic_dirs
 from ground.store import Store
 from schemas.catalog import load_schema
 from streams.topics import LAKE_TOPIC_SCHEMAS, TOPIC_VALUE_SCHEMAS
@@ -167,15 +167,11 @@ def _store_views(lake: Store) -> list[TopicView]:
 
 def _store_topics(lake: Store) -> list[str]:
     """The topic "directories" directly under an object-store lake (one delimiter listing)."""
-    from pyarrow import fs
-
-    selector = fs.FileSelector(lake.root, allow_not_found=True)
     try:
-        infos = lake.fs.get_file_info(selector)
+        names = topic_dirs(lake)
     except OSError as exc:
         raise CatalogError(f"cannot list the lake {lake}: {exc}; check FLYWHEEL_LAKE") from exc
-    names = (i.base_name for i in infos if i.type == fs.FileType.Directory)
-    return sorted(n for n in names if not n.startswith(".") and _TOPIC.fullmatch(n))
+    return [n for n in names if _TOPIC.fullmatch(n)]
 
 
 def register_datasets(con: duckdb.DuckDBPyConnection, lake: Store, views: list[TopicView]) -> None:

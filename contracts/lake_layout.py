@@ -152,8 +152,19 @@ def file_path(lake: Path, topic: str, partition: int, first: int, last: int, hou
     return lake / file_key(topic, partition, first, last, hour)
 
 
-def topic_dirs(lake: Path) -> list[str]:
-    """The topic directories of `lake` (names not starting with '.'), sorted; [] without one."""
+def topic_dirs(lake: Path | Store) -> list[str]:
+    """The topic directories of `lake` (names not starting with '.'), sorted; [] without one.
+    In an object store: the prefixes directly under the lake (one delimiter listing). OSError
+    (an unreachable store) propagates."""
+    if isinstance(lake, Store):
+        if lake.local_dir is None:
+            from pyarrow import fs
+
+            selector = fs.FileSelector(lake.root, allow_not_found=True)
+            infos = lake.fs.get_file_info(selector)
+            names = (i.base_name for i in infos if i.type == fs.FileType.Directory)
+            return sorted(n for n in names if not n.startswith("."))
+        lake = lake.local_dir
     if not lake.is_dir():
         return []
     return sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -51,17 +51,16 @@ def erase_everywhere(
     The lake's maintenance lock is held from reading the user's ids to the last rewrite, so a
     compaction never replaces a file between the two (`processors.lake.maintenance`)."""
     codec = clients.codec(settings)
-    with maintenance_lock(settings.lake):
-        keys = user_keys(settings.lake, user_id)
+    lake = settings.lake_store()  # on disk or in an object store
+    with maintenance_lock(lake):
+        keys = user_keys(lake, user_id)
         dead_letters = purge_dead_letters(
             settings.kafka_client_config(), keys, codec.decode, topics=dlq_topics
         )
         report = ErasureReport(uuid.uuid4().hex, user_id, dead_letters_removed=dead_letters)
-        erase_training_data(
-            settings.lake, settings.home / "mds", keys, report, settings.windows_store()
-        )
+        erase_training_data(lake, settings.home / "mds", keys, report, settings.windows_store())
         others = [t for t in USER_TOPICS if t != REWARDS_TOPIC]
-        erase_user(settings.lake, user_id, keys=keys, topics=others, report=report)
+        erase_user(lake, user_id, keys=keys, topics=others, report=report)
     event = erasure_event(report, producer=f"flywheel.privacy/{socket.gethostname()}")
     producer = EventProducer(settings.kafka_client_config())
     producer.send(erasures_topic, user_id, codec.encode(ERASURES_TOPIC, event.to_record()))
@@ -70,7 +69,7 @@ def erase_everywhere(
 
 
 def erase_training_data(
-    lake: Path,
+    lake: Path | Store,
     mds_root: Path,
     keys: UserKeys,
     report: ErasureReport,

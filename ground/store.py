@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ground.durable import fsync_dir, write_file_durably
 from ground.errors import StorageError
@@ -52,6 +52,7 @@ class Store:
         self.location = location
         self.fs: FileSystem = location.filesystem()
         self.root = location.path.rstrip("/") or "/"
+        self._s3: Any = None
 
     @classmethod
     def at(cls, where: str | Path | StorageLocation) -> Store:
@@ -140,6 +141,27 @@ class Store:
             target = directory / key_prefix
             if target.is_dir():
                 fsync_dir(target)
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client of this store's endpoint, region and keys (one per store): for the
+        conditional writes pyarrow's filesystem does not offer (`ground.lease`)."""
+        if self._s3 is None:
+            import boto3
+            from botocore.config import Config
+
+            loc = self.location
+            keys = loc.credentials
+            config = Config(
+                request_checksum_calculation="when_required",  # as `filesystem` (S3Proxy)
+                response_checksum_validation="when_required",
+                s3={"addressing_style": "path"} if loc.endpoint else {},
+            )
+            self._s3 = boto3.client(
+                "s3", endpoint_url=loc.endpoint, region_name=loc.region, config=config,
+                aws_access_key_id=keys.access_key_id if keys else None,
+                aws_secret_access_key=keys.secret_access_key if keys else None,
+            )  # fmt: skip
+        return self._s3
 
     def __str__(self) -> str:
         return str(self.location)

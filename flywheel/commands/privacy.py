@@ -60,7 +60,7 @@ def retain_(older_than_s: float) -> None:
     """Delete whole lake hour folders older than --older-than (each partition's newest file
     stays)."""
     settings = Settings.from_env()
-    report = retain(settings.lake, older_than_s / 86_400)
+    report = retain(settings.lake_store(), older_than_s / 86_400)
     for folder in report.kept_for_resume:
         out.print(f"kept {folder}: it holds a partition's newest file (the sink resumes from it)")
-    out.print(f"{len(report.deleted)} hour folders deleted from {settings.lake}")
+    out.print(f"{len(report.deleted)} hour folders deleted from {settings.lake_uri}")

@@ -14,12 +14,16 @@ readers work on that mirror exactly as on a lake on disk (`LearnerPaths.lake`):
 - each fetch is a local atomic write (`ground.durable`), so a learner killed mid-sync leaves
   whole files only, and the next sync finishes the job.
 
-Only lake files are mirrored: a writer's temporary objects never are. The mirror holds what the
-lake's retention keeps of those topics; it is a cache of files the learner reads in full anyway.
+Learners on one machine share the mirror (the gate's and the agent's both read the Rewards): a
+sync holds an exclusive `flock` on `<mirror>/.sync.lock`, so one fetch never meets another's
+temporary file. Only lake files are mirrored: a writer's temporary objects never are. The mirror
+holds what the lake's retention keeps of those topics; it is a cache of files the learner reads
+in full anyway.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,6 +46,16 @@ class MirrorSync:
 def sync_mirror(store: Store, directory: Path, topics: Iterable[str]) -> MirrorSync:
     """Make `directory/<topic>/` hold exactly the lake files of each of `topics` in `store`
     (module docstring). OSError from the store propagates; what was fetched before it stays."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".sync.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another learner's sync: a few files, then ours
+        try:
+            return _sync(store, directory, topics)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _sync(store: Store, directory: Path, topics: Iterable[str]) -> MirrorSync:
     fetched = size = removed = 0
     for topic in dict.fromkeys(topics):
         wanted = {

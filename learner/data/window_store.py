@@ -16,8 +16,8 @@ A reader trusts the manifest only. A crash before step 2 leaves a prefix without
 which `recover_published` deletes. A crash between 2 and 3 leaves a complete window outside the
 manifest, which it adopts, as `learner.data.windows.recover` does on disk. Republishing the same
 window uploads the same objects again, so a retry is harmless. One writer per dataset, as on disk:
-the continuous learner that builds the windows (the store has no lock; S3Proxy 2.6.0 ignores
-conditional PUTs).
+the continuous learner that builds the windows (on the store that is a rule, not a lock:
+`sync_published` refuses a published window whose lake files a local one holds too).
 
 A learner keeps its local windows and the published ones in one manifest (`sync_published`,
 under the dataset's lock, before and after each build): it adopts published windows it lacks

@@ -1,9 +1,10 @@
 """Erasure and retention in the lake: remove one user's rows, drop hour folders past retention.
 
-Erasure rewrites each lake file holding rows of the user under **the same name** (temporary
-file, fsync, rename: `writer.write_parquet_atomically`), with the same Arrow schema; a file left
-with no rows stays as a zero-row file. Names encode Kafka offset ranges, so the ranges still
-tile each partition and the sink's resume offset (largest `last` + 1) is unchanged.
+Erasure rewrites each lake file holding rows of the user under **the same name**, visible whole
+or not at all (`writer.write_parquet`: temporary file, fsync, rename on disk; one upload in an
+object store), with the same Arrow schema; a file left with no rows stays as a zero-row file.
+Names encode Kafka offset ranges, so the ranges still tile each partition and the sink's resume
+offset (largest `last` + 1) is unchanged.
 
 Which rows are the user's (`user_id` is the pseudonym, as stored; :func:`user_rows`): a row whose
 `user_id` is the user's, or, where `user_id` is null or absent, a row that names one of the
@@ -35,10 +36,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from contracts.lake_layout import scan_topic
+from contracts.lake_layout import scan_topic, topic_dirs
+from ground.store import Store
 from processors.lake.errors import ErasureError
-from processors.lake.maintenance import holds_maintenance_lock
-from processors.lake.writer import write_parquet_atomically
+from processors.lake.maintenance import holds_maintenance_lock, still_held
+from processors.lake.writer import write_parquet
 from schemas.catalog import load_schema
 from schemas.events import ErasureRecorded
 from streams.topics import (
@@ -105,27 +107,33 @@ class ErasureReport:
     erasure_id: str
     user_id: str
     rows_removed: dict[str, int] = field(default_factory=dict)
-    files_rewritten: list[Path] = field(default_factory=list)
+    files_rewritten: list[str] = field(default_factory=list)  # paths in the lake's filesystem
     dead_letters_removed: dict[str, int] = field(default_factory=dict)
     windows_dropped: list[str] = field(default_factory=list)
 
 
-def lake_files(lake: Path, topic: str) -> Iterator[Path]:
-    """Every visible lake file of `topic` (temporary files excluded), in name order."""
+def lake_files(lake: Path | Store, topic: str) -> Iterator[str]:
+    """Every visible lake file of `topic` (temporary files excluded), in name order: paths in
+    the lake's filesystem (`Store.fs`)."""
     scan = scan_topic(lake, topic)
     for files in scan.files.values():
-        yield from (Path(f.path) for f in files)
+        yield from (f.path for f in files)
 
 
-def user_keys(lake: Path, user_id: str) -> UserKeys:
+def _store(lake: Path | Store) -> Store:
+    return Store.at(lake) if isinstance(lake, Path) else lake
+
+
+def user_keys(lake: Path | Store, user_id: str) -> UserKeys:
     """The user's suggestion, session and completion ids: those of the rows with the user's
     `user_id` in `telemetry.suggestions`, `agent.completions` and `agent.feedback`."""
+    store = _store(lake)
     ids: dict[str, set[str]] = {c: set() for c in ("suggestion_id", "session_id", "completion_id")}
     for topic in KEY_TOPICS:
-        for path in lake_files(lake, topic):
-            present = set(pq.read_schema(path).names)
+        for path in lake_files(store, topic):
+            present = set(pq.read_schema(path, filesystem=store.fs).names)
             wanted = [c for c in ids if c in present]
-            table = pq.read_table(path, columns=[USER_COLUMN, *wanted])
+            table = pq.read_table(path, columns=[USER_COLUMN, *wanted], filesystem=store.fs)
             mine = table.filter(pc.fill_null(pc.equal(table[USER_COLUMN], user_id), False))
             for column in wanted:
                 ids[column].update(v for v in mine[column].to_pylist() if v is not None)
@@ -172,13 +180,15 @@ def is_users_record(record: Mapping[str, Any], keys: UserKeys) -> bool:
     return any(record.get(c) in keys.ids_of(c) for c in ID_COLUMNS)
 
 
-def user_files(lake: Path, topic: str, keys: UserKeys) -> list[Path]:
+def user_files(lake: Path | Store, topic: str, keys: UserKeys) -> list[str]:
     """The lake files of `topic` holding a row of the user (read, not changed)."""
+    store = _store(lake)
     columns = {USER_COLUMN, ENTITY_COLUMN, *ID_COLUMNS}
     found = []
-    for path in lake_files(lake, topic):
-        present = [c for c in pq.read_schema(path).names if c in columns]
-        if pc.any(user_rows(pq.read_table(path, columns=present), keys)).as_py():
+    for path in lake_files(store, topic):
+        present = [c for c in pq.read_schema(path, filesystem=store.fs).names if c in columns]
+        table = pq.read_table(path, columns=present, filesystem=store.fs)
+        if pc.any(user_rows(table, keys)).as_py():
             found.append(path)
     return found
 
@@ -192,7 +202,8 @@ def _entity_has_user(entity_ids: pa.ChunkedArray, user_id: str) -> pa.Array:
 
 @holds_maintenance_lock  # never interleaved with a compaction (processors.lake.maintenance)
 def erase_user(
-    lake: Path,
+    lake: Path | Store,
+    /,
     user_id: str,
     *,
     keys: UserKeys | None = None,
@@ -210,15 +221,17 @@ def erase_user(
     if not user_id:
         raise ErasureError("the user id is empty; pass the user's pseudonym (or --raw with the id)")
     report = report or ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
-    keys = keys or user_keys(lake, user_id)
+    store = _store(lake)
+    keys = keys or user_keys(store, user_id)
     for topic in topics:
         removed = 0
-        for path in lake_files(lake, topic):
-            table = pq.read_table(path)
+        for path in lake_files(store, topic):
+            table = pq.read_table(path, filesystem=store.fs)
             mask = user_rows(table, keys)
             count = pc.sum(mask).as_py() or 0
             if count:
-                write_parquet_atomically(table.filter(pc.invert(mask)), path)
+                still_held(store)
+                write_parquet(store, store.key(path), table.filter(pc.invert(mask)))
                 report.files_rewritten.append(path)
                 removed += count
         report.rows_removed[topic] = removed
@@ -247,10 +260,12 @@ class RetentionReport:
 
 @holds_maintenance_lock
 def retain(
-    lake: Path, days: float, *, now: datetime | None = None,
+    lake: Path | Store, /, days: float, *, now: datetime | None = None,
     remove: Callable[[Path], None] = shutil.rmtree,
 ) -> RetentionReport:  # fmt: skip
-    """Delete every `<lake>/<table>/dt=*/hour=*` folder whose hour ended more than `days` ago.
+    """Delete every `<lake>/<table>/dt=*/hour=*` folder whose hour ended more than `days` ago
+    (in an object store: every object under that prefix; the report lists the folders' paths
+    in the store's filesystem).
 
     A folder holding the newest file of a partition is kept: the sink resumes from the largest
     offset on disk, and without any file it would re-read the topic from its beginning.
@@ -260,6 +275,10 @@ def retain(
         raise ErasureError(f"retention must be longer than 0 days, got {days}")
     cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
     report = RetentionReport()
+    if isinstance(lake, Store) and lake.local_dir is None:
+        _retain_in_store(lake, cutoff, report)
+        return report
+    lake = lake.local_dir if isinstance(lake, Store) and lake.local_dir else Path(str(lake))
     for table_dir in sorted(p for p in lake.iterdir() if p.is_dir()) if lake.is_dir() else []:
         anchors = _newest_file_dirs(lake, table_dir.name)
         for folder in sorted(table_dir.glob("dt=*/hour=*")):
@@ -277,7 +296,29 @@ def retain(
     return report
 
 
-def _newest_file_dirs(lake: Path, topic: str) -> set[Path]:
+def _retain_in_store(store: Store, cutoff: datetime, report: RetentionReport) -> None:
+    """`retain` in an object store: an hour "folder" is the prefix of its objects."""
+    for table in topic_dirs(store):
+        anchors = {Path(p) for p in _newest_file_dirs(store, table)}
+        hours: dict[str, list[str]] = {}
+        for stored in store.files(table):
+            parts = stored.key.split("/")
+            if len(parts) >= 4 and parts[1].startswith("dt=") and parts[2].startswith("hour="):
+                hours.setdefault("/".join(parts[:3]), []).append(stored.key)
+        for prefix, keys in sorted(hours.items()):
+            folder = Path(store.path(prefix))
+            if _hour_start(folder) + timedelta(hours=1) > cutoff:
+                continue
+            if folder in anchors:
+                report.kept_for_resume.append(folder)
+                continue
+            still_held(store)
+            for key in keys:
+                store.delete(key)
+            report.deleted.append(folder)
+
+
+def _newest_file_dirs(lake: Path | Store, topic: str) -> set[Path]:
     scan = scan_topic(lake, topic)
     return {Path(max(files).path).parent for files in scan.files.values() if files}
 

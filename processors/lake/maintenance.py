@@ -2,8 +2,11 @@
 
 Each of them reads files and then replaces or deletes them; interleaved, an erasure could
 rewrite a file that a compaction already read, and the merged file would bring the erased rows
-back. They all hold an exclusive `flock` on `<lake>/.maintenance.lock` (a dot name: no view or
-scan ever reads it). The sink does not take it: it only adds files above every existing range.
+back. On local disk they all hold an exclusive `flock` on `<lake>/.maintenance.lock` (a dot
+name: no view or scan ever reads it). In an object store, which has no flock, they hold a lease
+on the object of that name instead (`ground.lease`: conditional PUTs, renewed while held), and
+check it is still theirs before each file they replace (`still_held`). The sink does not take
+it: it only adds files above every existing range.
 
 Taking the lock first finishes what a crashed compaction left: it deletes superseded files
 (`contracts.lake_layout`), so the holder sees each offset in exactly one file.
@@ -20,9 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from contracts.lake_layout import scan_topic, topic_dirs
+from ground.lease import LeaseError, StoreLease
 from ground.store import Store
 from processors.lake.errors import MaintenanceLockError
 from processors.lake.resume import delete_superseded
@@ -35,16 +39,25 @@ log = logging.getLogger(__name__)
 # lock, and a second flock on another descriptor of the same file would wait for itself. Another
 # thread opens its own descriptor, so it waits like another process.
 _held: dict[tuple[Path, int], list[int]] = {}
+# Leases held per thread on object stores ((uri, thread) -> [lease, depth]), likewise.
+_leases: dict[tuple[str, int], list[Any]] = {}
 _guard = threading.Lock()
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 @contextmanager
-def maintenance_lock(lake: Path, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
+def maintenance_lock(lake: Path | Store, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
     """Hold `<lake>/.maintenance.lock` (re-entrant within a thread), after deleting the
     superseded files a crashed compaction left. Waits up to `wait_s` for another holder, then
-    raises MaintenanceLockError. A missing `lake` holds nothing to protect: no lock then."""
+    raises MaintenanceLockError. A missing local `lake` holds nothing to protect: no lock then.
+    A lake in an object store holds a lease (module docstring)."""
+    if isinstance(lake, Store):
+        if lake.local_dir is None:
+            with _store_lock(lake, wait_s):
+                yield
+            return
+        lake = lake.local_dir
     root = lake.absolute()
     if not root.is_dir():
         yield
@@ -79,13 +92,56 @@ def maintenance_lock(lake: Path, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[
         os.close(fd)
 
 
+@contextmanager
+def _store_lock(store: Store, wait_s: float) -> Iterator[None]:
+    key = (store.location.uri, threading.get_ident())
+    with _guard:
+        held = _leases.get(key)
+        if held is not None:
+            held[1] += 1
+    if held is not None:  # re-entrant, as the flock
+        try:
+            yield
+        finally:
+            with _guard:
+                held[1] -= 1
+        return
+    lease = StoreLease(store, LOCK_NAME)
+    try:
+        lease.acquire(wait_s)
+    except LeaseError as exc:
+        raise MaintenanceLockError(str(exc)) from exc
+    with _guard:
+        _leases[key] = [lease, 1]
+    try:
+        recover_superseded(store)
+        yield
+    finally:
+        with _guard:
+            del _leases[key]
+        lease.release()
+
+
+def still_held(lake: Path | Store) -> None:
+    """Before replacing or deleting a file under the lock: MaintenanceLockError when this
+    thread's lease on an object-store `lake` was taken over (it stalled past its time to live;
+    a flock cannot be lost)."""
+    if isinstance(lake, Store) and lake.local_dir is None:
+        held = _leases.get((lake.location.uri, threading.get_ident()))
+        if held is not None:
+            try:
+                held[0].check()
+            except LeaseError as exc:
+                raise MaintenanceLockError(str(exc)) from exc
+
+
 def holds_maintenance_lock(
-    function: Callable[Concatenate[Path, P], R],
-) -> Callable[Concatenate[Path, P], R]:
+    function: Callable[Concatenate[Path | Store, P], R],
+) -> Callable[Concatenate[Path | Store, P], R]:
     """Decorate a function whose first argument is the lake: it runs holding the lock."""
 
     @wraps(function)
-    def locked(lake: Path, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def locked(lake: Path | Store, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with maintenance_lock(lake):
             return function(lake, *args, **kwargs)
 
@@ -111,12 +167,12 @@ def _acquire(fd: int, lake: Path, wait_s: float) -> None:
             time.sleep(_POLL_S)
 
 
-def recover_superseded(lake: Path) -> int:
+def recover_superseded(lake: Path | Store) -> int:
     """Delete every superseded file of every topic in `lake`; returns how many. Call it with
     the maintenance lock held (the sink deletes its own partitions' on assignment)."""
     deleted = 0
-    for topic in topic_dirs(lake):
-        store = Store.at(lake)
+    store = Store.at(lake) if isinstance(lake, Path) else lake
+    for topic in topic_dirs(store):
         scan = scan_topic(store, topic)
         deleted += delete_superseded(
             store, (f for files in scan.superseded.values() for f in files)

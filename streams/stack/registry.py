@@ -6,6 +6,7 @@ it exactly as to Confluent Schema Registry or Karapace in production.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -65,14 +66,23 @@ class SchemaRegistryService:
 
     def set_default_compatibility(self, level: str = DEFAULT_COMPATIBILITY) -> None:
         # The first write after start can take over 10 s on a loaded 2-core machine (the JVM
-        # still warming up, a learner beside it): wait longer, and try again once.
-        for attempt in range(2):
+        # still warming up, a learner beside it): wait longer, and try again once. Restarted on
+        # its existing storage topic, Apicurio answered 409 Conflict to the first write while it
+        # was still replaying that topic: try again a few times, a second apart.
+        timeouts = conflicts = 0
+        while True:
             try:
                 response = httpx.put(
                     f"{ccompat_url(self.ports)}/config", json={"compatibility": level}, timeout=30.0
                 )
-                break
             except httpx.TimeoutException:
-                if attempt:
+                timeouts += 1
+                if timeouts > 1:
                     raise
+                continue
+            if response.status_code == 409 and conflicts < 10:
+                conflicts += 1
+                time.sleep(1.0)
+                continue
+            break
         response.raise_for_status()

@@ -4,6 +4,7 @@ local disk (the same keys as in S3; the learner integration test mirrors from th
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from contracts.lake_layout import file_key, scan_topic
@@ -60,3 +61,25 @@ def test_a_rewrite_of_the_same_size_is_fetched_again_by_its_time(tmp_path: Path)
     os.utime(tmp_path / "lake" / key, ns=(later, later))
     assert sync_mirror(store, mirror, ["rewards"]).fetched == 1
     assert (mirror / key).read_bytes() == b"after!"
+
+
+def test_learners_on_one_machine_sync_one_mirror_at_the_same_time(tmp_path: Path) -> None:
+    """The gate's and the agent's learners both mirror the Rewards into one directory."""
+    store = Store.at(tmp_path / "lake")
+    keys = [_put(store, "rewards", 10 * i, 10 * i + 9, bytes([i]) * 50_000) for i in range(60)]
+    mirror = tmp_path / "mirror"
+    errors: list[BaseException] = []
+
+    def learner() -> None:
+        try:
+            sync_mirror(store, mirror, ["rewards"])
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=learner) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all((mirror / key).read_bytes()[:1] == bytes([i]) for i, key in enumerate(keys))
