@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.progress import Progress, TaskID
 
@@ -21,7 +19,7 @@ def lake() -> None:
 
 
 @lake.command()
-@lake_option(stores=False)
+@lake_option(stores=True)
 @click.option(
     "--topic",
     "topics",
@@ -56,7 +54,7 @@ def lake() -> None:
 @click.option("--dry-run", is_flag=True, help="Change nothing; report what would be done.")
 @json_option
 def compact(
-    lake: Path | None, topics: tuple[str, ...], min_age_s: float, target_bytes: int,
+    lake: str | None, topics: tuple[str, ...], min_age_s: float, target_bytes: int,
     retention_s: float | None, dry_run: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """Merge each closed hour's small files, per topic and partition, into a few large ones.
@@ -69,7 +67,7 @@ def compact(
     """
     from processors.lake.compaction import compact_lake
 
-    root = (lake or Settings.from_env().lake).absolute()
+    root = Settings.from_env().lake_store(lake)  # a directory or an s3:// prefix
     with Progress(console=err, transient=True, disable=as_json) as bar:
         tasks: dict[str, TaskID] = {}
 

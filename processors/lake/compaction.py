@@ -13,22 +13,21 @@ Which hours (:func:`closed`): those that ended more than `min_age_s` ago. A late
 still make the sink write a new file into a compacted hour; that is fine, since a compaction
 merges only the files it listed, and the new file's range is above all of theirs.
 
-How (:func:`merge_run`): write the merged file atomically under its new name (temporary file,
-fsync, rename, fsync the directory), then delete the inputs and fsync the directory. Between the
-rename and the deletions the inputs are *superseded* (`contracts.lake_layout`): every reader
-through `scan_topic` (sink resume, erasure, the learner) skips them, and whoever comes next
-deletes them (the maintenance lock, the sink on assignment). Rows keep their order; the merged
-schema is the union of the inputs' (a column an older file lacks is null, as in the views).
+How (:func:`merge_run`): write the merged file atomically under its new name (on disk: temporary
+file, fsync, rename, fsync the directory; in an object store: one upload), then delete the inputs
+(and fsync the directory). Between the merged file's appearance and the deletions the inputs are
+*superseded* (`contracts.lake_layout`): every reader through `scan_topic` (sink resume, erasure,
+the learner) skips them, and whoever comes next deletes them (the maintenance lock, the sink on
+assignment). Rows keep their order; the merged schema is the union of the inputs' (a column an
+older file lacks is null, as in the views).
 
-Compaction holds the lake's maintenance lock (`processors.lake.maintenance`), so an erasure or
-a retention run never interleaves with it.
+Compaction holds the lake's maintenance lock (`processors.lake.maintenance`: an flock on disk, a
+lease in an object store), so an erasure or a retention run never interleaves with it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,9 +47,9 @@ from contracts.lake_layout import (
 from ground.store import Store
 from processors.lake.erasure import RetentionReport, retain
 from processors.lake.errors import LakeError
-from processors.lake.maintenance import maintenance_lock
+from processors.lake.maintenance import maintenance_lock, still_held
 from processors.lake.resume import delete_superseded
-from processors.lake.writer import write_parquet_atomically
+from processors.lake.writer import write_parquet
 
 MIB = 1024 * 1024
 DEFAULT_TARGET_BYTES = 128 * MIB
@@ -68,11 +67,12 @@ class CompactionRun:
     bytes: int  # their sizes added up
 
     @property
-    def target(self) -> Path:
-        """The merged file: the run's directory, named by its whole range."""
+    def target(self) -> str:
+        """The merged file's path (in the lake's filesystem): the run's directory, named by its
+        whole range."""
         first, last = self.files[0], self.files[-1]
         name = file_name(first.topic, first.partition, first.first, last.last)
-        return Path(first.path).parent / name
+        return f"{first.path.rsplit('/', 1)[0]}/{name}"
 
 
 @dataclass
@@ -129,36 +129,41 @@ def select_runs(
     return runs
 
 
-def merged_table(paths: Sequence[Path]) -> pa.Table:
-    """The rows of `paths` in order, under the union of their schemas (missing columns null,
-    types promoted as `union_by_name` reads them); zero-row files add their columns only."""
-    return pa.concat_tables([pq.read_table(p) for p in paths], promote_options="permissive")
+def merged_table(paths: Sequence[str], store: Store) -> pa.Table:
+    """The rows of `paths` (in `store`'s filesystem) in order, under the union of their schemas
+    (missing columns null, types promoted as `union_by_name` reads them); zero-row files add
+    their columns only."""
+    tables = [pq.read_table(p, filesystem=store.fs) for p in paths]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
-def merge_run(run: CompactionRun) -> int:
-    """Merge `run` into `run.target` (module docstring: rename, then delete the inputs);
-    returns the merged file's size. LakeError when the merged file would lose rows."""
-    table = merged_table([Path(f.path) for f in run.files])
-    expected = sum(pq.read_metadata(f.path).num_rows for f in run.files)
+def merge_run(run: CompactionRun, store: Store) -> int:
+    """Merge `run` into `run.target` in the lake `store` (module docstring: write, then delete
+    the inputs); returns the merged file's size. LakeError when the merged file would lose
+    rows; MaintenanceLockError when the lake's lease was lost (`still_held`)."""
+    table = merged_table([f.path for f in run.files], store)
+    expected = sum(pq.read_metadata(f.path, filesystem=store.fs).num_rows for f in run.files)
+    name = run.target.rsplit("/", 1)[-1]
     if table.num_rows != expected:
-        raise LakeError(
-            f"merging into {run.target.name} gave {table.num_rows} rows, not {expected}"
-        )
-    size = write_parquet_atomically(table, run.target)
-    # The inputs, superseded by `run.target` since its rename (all in its directory).
-    delete_superseded(Store.at(run.target.parent), run.files)
+        raise LakeError(f"merging into {name} gave {table.num_rows} rows, not {expected}")
+    still_held(store)
+    size = write_parquet(store, store.key(run.target), table)
+    # The inputs, superseded by `run.target` since it appeared (all in its directory).
+    delete_superseded(store, run.files)
     return size
 
 
 def plan(
-    lake: Path, topic: str, *, now: datetime, min_age_s: float, target_bytes: int
+    lake: Store, topic: str, *, now: datetime, min_age_s: float, target_bytes: int
 ) -> tuple[list[CompactionRun], TopicCompaction]:
     """The runs to merge in `topic` and its figures before (after: as if they were merged)."""
+    listed = {lake.path(f.key): f.size for f in lake.files(topic)}
     scan = scan_topic(lake, topic)
     stats = TopicCompaction()
     runs: list[CompactionRun] = []
     for files in scan.files.values():
-        sizes = {f.path: _size(Path(f.path)) for f in files}
+        # 0: gone since the listing (a rewrite in flight): sizes only steer the selection
+        sizes = {f.path: listed.get(f.path, 0) for f in files}
         stats.files_before += len(files)
         stats.bytes_before += sum(sizes.values())
         # The newest file stays as it is: a reader listing a directory while compaction renames
@@ -172,15 +177,8 @@ def plan(
     return runs, stats
 
 
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0  # gone since the scan (a rewrite in flight): sizes only steer the selection
-
-
 def compact_lake(
-    lake: Path,
+    lake: Path | Store,
     topics: Sequence[str] | None = None,
     *,
     min_age_s: float = DEFAULT_MIN_AGE_S,
@@ -206,20 +204,18 @@ def compact_lake(
         )
     now = now or datetime.now(UTC)
     report = CompactionReport(dry_run=dry_run)
-    with maintenance_lock(lake):
+    store = Store.at(lake) if isinstance(lake, Path) else lake
+    with maintenance_lock(store):
         if retention_days is not None:
-            remove = _keep if dry_run else shutil.rmtree
-            report.retention = retain(lake, retention_days, now=now, remove=remove)
-        for topic in topics if topics is not None else topic_dirs(lake):
-            runs, stats = plan(lake, topic, now=now, min_age_s=min_age_s, target_bytes=target_bytes)
+            report.retention = retain(store, retention_days, now=now, dry_run=dry_run)
+        for topic in topics if topics is not None else topic_dirs(store):
+            runs, stats = plan(
+                store, topic, now=now, min_age_s=min_age_s, target_bytes=target_bytes
+            )
             report.topics[topic] = stats
             for done, run in enumerate(runs, 1):
                 if not dry_run:
-                    stats.bytes_after += merge_run(run) - run.bytes
+                    stats.bytes_after += merge_run(run, store) - run.bytes
                 if progress is not None:
                     progress(topic, done, len(runs))
     return report
-
-
-def _keep(_: Path) -> None:
-    """A dry run's retention: report the folder, delete nothing."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -260,12 +260,11 @@ class RetentionReport:
 
 @holds_maintenance_lock
 def retain(
-    lake: Path | Store, /, days: float, *, now: datetime | None = None,
-    remove: Callable[[Path], None] = shutil.rmtree,
+    lake: Path | Store, /, days: float, *, now: datetime | None = None, dry_run: bool = False,
 ) -> RetentionReport:  # fmt: skip
     """Delete every `<lake>/<table>/dt=*/hour=*` folder whose hour ended more than `days` ago
     (in an object store: every object under that prefix; the report lists the folders' paths
-    in the store's filesystem).
+    in the store's filesystem). `dry_run`: report, delete nothing.
 
     A folder holding the newest file of a partition is kept: the sink resumes from the largest
     offset on disk, and without any file it would re-read the topic from its beginning.
@@ -276,7 +275,7 @@ def retain(
     cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
     report = RetentionReport()
     if isinstance(lake, Store) and lake.local_dir is None:
-        _retain_in_store(lake, cutoff, report)
+        _retain_in_store(lake, cutoff, report, dry_run)
         return report
     lake = lake.local_dir if isinstance(lake, Store) and lake.local_dir else Path(str(lake))
     for table_dir in sorted(p for p in lake.iterdir() if p.is_dir()) if lake.is_dir() else []:
@@ -288,15 +287,18 @@ def retain(
             if folder in anchors:
                 report.kept_for_resume.append(folder)
                 continue
-            remove(folder)
+            if not dry_run:
+                shutil.rmtree(folder)
             report.deleted.append(folder)
         for day in table_dir.glob("dt=*"):
-            if day.is_dir() and not any(day.iterdir()):
+            if not dry_run and day.is_dir() and not any(day.iterdir()):
                 os.rmdir(day)
     return report
 
 
-def _retain_in_store(store: Store, cutoff: datetime, report: RetentionReport) -> None:
+def _retain_in_store(
+    store: Store, cutoff: datetime, report: RetentionReport, dry_run: bool
+) -> None:
     """`retain` in an object store: an hour "folder" is the prefix of its objects."""
     for table in topic_dirs(store):
         anchors = {Path(p) for p in _newest_file_dirs(store, table)}
@@ -312,9 +314,10 @@ def _retain_in_store(store: Store, cutoff: datetime, report: RetentionReport) ->
             if folder in anchors:
                 report.kept_for_resume.append(folder)
                 continue
-            still_held(store)
-            for key in keys:
-                store.delete(key)
+            if not dry_run:
+                still_held(store)
+                for key in keys:
+                    store.delete(key)
             report.deleted.append(folder)
 
 

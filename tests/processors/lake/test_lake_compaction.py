@@ -93,13 +93,14 @@ def test_a_merged_file_keeps_row_order_unions_schemas_and_covers_zero_row_files(
         write_parquet_atomically(_table(offsets, extra), path)
         files.append(LakeFile("t", 0, first, last, str(path)))
     run = CompactionRun(tuple(files), 0)
-    merge_run(run)
-    assert run.target.name == "t+0+0+4.parquet"
-    assert [p.name for p in run.target.parent.iterdir()] == [run.target.name]
-    merged = pq.read_table(run.target)
+    merge_run(run, Store.at(tmp_path))
+    target = Path(run.target)
+    assert target.name == "t+0+0+4.parquet"
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    merged = pq.read_table(target)
     assert merged["_offset"].to_pylist() == [0, 1, 3, 4]
     assert merged["added_in_v2"].to_pylist() == [None, None, 1.5, 1.5]
-    assert merged_table([run.target]).equals(merged)
+    assert merged_table([run.target], Store.at(tmp_path)).equals(merged)
 
 
 def _events() -> list[Event]:
@@ -201,9 +202,11 @@ def test_a_compaction_killed_between_rename_and_deletes_is_recovered(tmp_path: P
     lake = _lake(tmp_path)
     answers = _answers(lake)
     resume = prepare_partitions(Store.at(lake), [(REWARDS_TOPIC, 0), (REWARDS_TOPIC, 1)])
-    runs, _ = plan(lake, REWARDS_TOPIC, now=LATER, min_age_s=3600, target_bytes=2**27)
+    store = Store.at(lake)
+    runs, _ = plan(store, REWARDS_TOPIC, now=LATER, min_age_s=3600, target_bytes=2**27)
     for run in runs:  # merge_run's first step only: the inputs are left behind
-        write_parquet_atomically(merged_table([f.path for f in run.files]), run.target)
+        merged = merged_table([f.path for f in run.files], store)
+        write_parquet_atomically(merged, Path(run.target))
     scan = scan_topic(lake, REWARDS_TOPIC)
     left = {f.path for files in scan.superseded.values() for f in files}
     assert left == {f.path for r in runs for f in r.files}

@@ -6,20 +6,24 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from contracts.lake_layout import scan_topic
+import analytics
+from contracts.lake_layout import range_problems, scan_topic
 from flywheel.settings import Settings
 from ground.lease import LeaseError, StoreLease
 from ground.store import Store
+from processors.lake.compaction import compact_lake
 from processors.lake.erasure import USER_TOPICS, erase_user, retain, user_keys
 from processors.lake.errors import MaintenanceLockError
 from processors.lake.maintenance import LOCK_NAME, maintenance_lock, still_held
+from streams.topics import REWARDS_TOPIC
 from tests.analytics.lake_builder import write_lake
+from tests.processors.lake.test_lake_compaction import _events as compaction_events
 from tests.processors.lake.test_lake_erasure import T0, VICTIM, _events
 
 pytestmark = pytest.mark.integration
@@ -131,3 +135,21 @@ def test_erasure_and_retention_reach_the_objects_as_the_files_on_disk(
     assert kept.deleted and all(not store.files(store.key(str(p))) for p in kept.deleted)
     for files in scan_topic(store, "rewards").files.values():
         assert files  # every partition still has a file to resume from
+
+
+def test_compaction_merges_the_objects_as_the_files_on_disk(store: Store, tmp_path: Path) -> None:
+    disk = tmp_path / "lake"
+    events = compaction_events()
+    write_lake(disk, events, partitions=2, rows_per_file=2)
+    write_lake(store, events, partitions=2, rows_per_file=2)
+    later = datetime(2026, 3, 5, tzinfo=UTC)
+    remote = compact_lake(store, [REWARDS_TOPIC], now=later)
+    local = compact_lake(disk, [REWARDS_TOPIC], now=later)
+    assert remote.topics[REWARDS_TOPIC].runs == local.topics[REWARDS_TOPIC].runs > 0
+    names = sorted(f.key for f in store.files(REWARDS_TOPIC))
+    assert names == sorted(f.key for f in Store.at(disk).files(REWARDS_TOPIC))
+    for files in scan_topic(store, REWARDS_TOPIC).files.values():
+        assert range_problems(files, start=0) == []
+    with analytics.connect(store) as a, analytics.connect(disk) as b:
+        query = "select reward_id, reward from rewards order by reward_id"
+        assert a.execute(query).fetchall() == b.execute(query).fetchall()
