@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +147,70 @@ def test_a_fresh_process_streams_the_windows_by_uri_with_a_bounded_cache(
     # streaming evicts once a shard is in: the cache may pass the limit by one shard meanwhile.
     assert out["peak"] <= limit + SHARD_BYTES, (out["peak"], limit)
     assert 0 < sum(f.stat().st_size for f in cache.rglob("shard.*.mds")) <= limit
+
+
+PUBLISH_SCRIPT = """
+import sys
+from pathlib import Path
+from flywheel.settings import Settings
+from ground.store import Store
+from learner.data.window_manifest import WindowRecord, read_manifest
+from learner.data.window_store import publish_manifest, publish_window, recover_published
+import json
+
+uri, built = sys.argv[1], Path(sys.argv[2])
+store = Store.at(Settings.from_env().storage(uri))
+manifest = recover_published(store, "d", "tab@1")
+for directory in sorted(built.iterdir()):
+    if directory.name in {w.name for w in manifest.windows}:
+        continue
+    record = WindowRecord.from_json(json.loads((directory / "window.json").read_text()))
+    publish_window(store, "d", directory)
+    manifest = manifest.with_window(record)
+    publish_manifest(store, manifest)
+    print("published", directory.name, flush=True)
+"""
+
+
+def test_windows_published_under_sigkill_are_whole_once_recovered(
+    store: Store, tmp_path: Path
+) -> None:
+    """The window crash test on the store: a publisher killed at a random moment after each
+    window it completes (so mid-upload of the next, or between its `window.json` and the
+    manifest); after each kill `recover_published` leaves only whole windows, each listed
+    once, and the next run publishes the rest."""
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    built = tmp_path / "built"
+    expected = {}
+    for seq in range(4):
+        directory, record = _window(built, seq)
+        expected[record.name] = sorted(
+            p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()
+        )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for round_ in range(len(expected)):
+        process = subprocess.Popen(
+            [sys.executable, "-c", PUBLISH_SCRIPT, store.location.uri, str(built)],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        process.stdout.readline()  # one window published (or none left): kill mid-way on
+        time.sleep(rng.uniform(0.0, 0.3))  # one window's ~14 uploads take about that
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        manifest = recover_published(store, DATASET, "tab@1")
+        names = [w.name for w in manifest.windows]
+        assert len(names) == len(set(names)), (seed, round_, names)
+        for name in names:  # listed: whole
+            keys = sorted(f.key.split("/", 2)[2] for f in store.files(f"{DATASET}/{name}"))
+            assert keys == expected[name], (seed, round_, name)
+        for stored in store.files(DATASET):  # nothing else but the manifest
+            assert stored.key == f"{DATASET}/manifest.json" or stored.key.split("/")[1] in names
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLISH_SCRIPT, store.location.uri, str(built)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = read_published_manifest(store, DATASET, "tab@1")
+    assert [w.name for w in manifest.windows] == sorted(expected), seed
