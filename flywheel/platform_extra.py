@@ -22,8 +22,9 @@ NOT_INSTALLED = "(needs the `platform` extra, not installed)"
 # Top-level import names of the `platform` extra's packages (tests/flywheel/test_platform_extra.py
 # checks the list against the code's imports and pyproject.toml).
 PLATFORM_MODULES = frozenset({
-    "aiokafka", "bm25s", "duckdb", "faust", "matplotlib", "numpy", "orjson", "pyarrow",
-    "streaming", "tokenizers", "torch", "torchvision", "transformers", "usearch", "yaml",
+    "aiokafka", "bm25s", "boto3", "botocore", "duckdb", "faust", "matplotlib", "numpy", "orjson",
+    "pyarrow", "streaming", "tokenizers", "torch", "torchvision", "transformers", "usearch",
+    "yaml",
 })  # fmt: skip
 
 # The commands a light install runs in full (tests/flywheel/test_platform_extra.py imports them

@@ -76,6 +76,8 @@ class Settings:
     prefix` (`lake_store`). `windows_uri` is FLYWHEEL_WINDOWS: where learners publish their MDS
     windows and stream them from (None: each learner's windows stay on its own disk), with at
     most `windows_cache_bytes` (FLYWHEEL_WINDOWS_CACHE_BYTES) of shards cached locally.
+    `models_uri` is FLYWHEEL_MODELS: where learners publish model artifacts (None:
+    `$FLYWHEEL_HOME/models`).
     """
 
     home: Path
@@ -89,6 +91,7 @@ class Settings:
     storage_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     windows_uri: str | None = None
     windows_cache_bytes: int = DEFAULT_WINDOWS_CACHE_BYTES
+    models_uri: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -126,8 +129,11 @@ class Settings:
         if windows is not None and "://" not in windows:
             windows = str(Path(windows).expanduser().absolute())
         cache = _size(env, f"{_PREFIX}WINDOWS_CACHE_BYTES", DEFAULT_WINDOWS_CACHE_BYTES)
+        models = env.get(f"{_PREFIX}MODELS") or None
+        if models is not None and "://" not in models:
+            models = str(Path(models).expanduser().absolute())
         return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key, storage_env,
-                   windows, cache)  # fmt: skip
+                   windows, cache, models)  # fmt: skip
 
     @property
     def lake_on_disk(self) -> bool:
@@ -158,6 +164,13 @@ class Settings:
         """Where learners publish windows (`windows_uri`, as `lake_store` resolves a URI);
         None when unset."""
         return None if self.windows_uri is None else Store.at(self.storage(self.windows_uri))
+
+    def models_root(self) -> Path | Store:
+        """Where model artifacts are published: FLYWHEEL_MODELS as a store, else
+        `$FLYWHEEL_HOME/models`."""
+        if self.models_uri is None:
+            return self.home / "models"
+        return Store.at(self.storage(self.models_uri))
 
     def storage(self, uri: str) -> StorageLocation:
         """`uri` as a storage location, S3 settings as `lake_store` describes."""

@@ -60,7 +60,7 @@ P = TypeVar("P", bound="Production")  # what the recipe loaded of production
 class LearnerPaths:
     lake: Path  # the lake on disk, or this learner's mirror of `lake_store`
     mds_root: Path  # mds/<dataset>/ per model
-    models_root: Path  # models/<model>/<version>/ artifacts
+    models_root: Path | Store  # models/<model>/<version>/ artifacts (FLYWHEEL_MODELS)
     runs_root: Path  # training checkpoints, runs/<model>/<last new window>/
     # The lake in an object store, mirrored into `lake` before each build (lake_mirror).
     lake_store: Store | None = None

@@ -4,10 +4,16 @@ An artifact is the files a model was saved as plus ``manifest.json``, which list
 SHA-256 and size. The artifact's SHA-256 is the SHA-256 of the manifest's bytes, and the manifest
 is canonical JSON (sorted keys, no model name, version or time in it), so identical files give
 the same SHA-256 whatever the model or version: the hash names the content. Serving verifies the
-hash before loading (DESIGN §8, §9); artifacts are referenced by absolute ``file://`` URIs.
+hash before loading (DESIGN §8, §9); artifacts are referenced by absolute ``file://`` URIs, or by
+``s3://`` URIs when the models' root is an object store (FLYWHEEL_MODELS).
 
-Publishing writes into a temporary sibling directory, fsyncs every file and the directory, then
-renames it into place: a reader sees either no artifact or a complete one, also after a crash.
+Publishing on disk writes into a temporary sibling directory, fsyncs every file and the
+directory, then renames it into place: a reader sees either no artifact or a complete one, also
+after a crash. In an object store (no rename) the manifest is uploaded last: it is the commit,
+and a reader trusts nothing without it. Verifying an ``s3://`` artifact downloads it once into a
+local cache named by its hash (``$FLYWHEEL_HOME/cache/models/<sha256>``, or
+FLYWHEEL_ARTIFACT_CACHE) and checks it there, file by file, as on disk; what is returned is always
+a verified local directory.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -22,6 +29,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ground.durable import fsync_dir, fsync_file
+from ground.errors import StorageError
+from ground.store import Store
 from model_registry.errors import ArtifactError
 
 MANIFEST = "manifest.json"
@@ -63,8 +72,8 @@ def path_of_uri(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
         raise ArtifactError(
-            f"artifact URI {uri!r} is not a local file:// URI; only file:// artifacts are "
-            "supported (publish with model_registry.artifacts.publish_artifact)"
+            f"artifact URI {uri!r} is not a local file:// URI; artifacts are file:// or s3:// "
+            "(publish with model_registry.artifacts.publish_artifact)"
         )
     return Path(unquote(parsed.path))
 
@@ -99,9 +108,10 @@ def file_sha256(path: Path) -> str:
 
 
 def publish_artifact(
-    models_root: Path, model_name: str, version: int, source_dir: Path
+    models_root: Path | Store, model_name: str, version: int, source_dir: Path
 ) -> ArtifactRef:
-    """Copy ``source_dir``'s files into ``models_root/<model_name>/<version>/`` with a manifest.
+    """Copy ``source_dir``'s files into ``models_root/<model_name>/<version>/`` with a manifest
+    (``models_root``: a directory, or a store: then the manifest is uploaded last).
 
     Idempotent: publishing the same content again returns the same reference. Raises
     ArtifactError when the source is empty, holds ``manifest.json`` or a symlink, or when the
@@ -115,9 +125,13 @@ def publish_artifact(
         raise ArtifactError(
             f"{source} already holds {MANIFEST}; pass the model's own files, not an artifact"
         )
-    target = artifact_dir(models_root, model_name, version)
     manifest = build_manifest(source)
     sha256 = hashlib.sha256(manifest).hexdigest()
+    if isinstance(models_root, Store):
+        if models_root.local_dir is None:
+            return _publish_to_store(models_root, model_name, version, source, manifest)
+        models_root = models_root.local_dir
+    target = artifact_dir(models_root, model_name, version)
     if target.exists():
         return _existing(target, sha256, model_name, version)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -138,12 +152,24 @@ def publish_artifact(
 
 def verify_artifact(uri: str, sha256: str) -> Path:
     """The artifact's directory, once its manifest hashes to ``sha256`` and every file it
-    lists exists with the listed size and hash, and no other file is there.
+    lists exists with the listed size and hash, and no other file is there. An ``s3://``
+    artifact is downloaded into the local cache first (module docstring).
 
     Raises ArtifactError naming the first problem (missing directory or manifest, hash
-    mismatch, a changed, missing or extra file).
+    mismatch, a changed, missing or extra file, an unreachable store).
     """
-    directory = path_of_uri(uri)
+    if uri.startswith("s3://"):
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):  # it names the cache directory
+            raise ArtifactError(f"artifact {uri}: {sha256!r} is not a SHA-256 in hex")
+        try:
+            return _verify_dir(uri, _fetched(uri, sha256), sha256)
+        except ArtifactError:  # the cached copy may be what is damaged: fetch it once more
+            shutil.rmtree(artifact_cache() / sha256.lower(), ignore_errors=True)
+            return _verify_dir(uri, _fetched(uri, sha256), sha256)
+    return _verify_dir(uri, path_of_uri(uri), sha256)
+
+
+def _verify_dir(uri: str, directory: Path, sha256: str) -> Path:
     manifest_path = directory / MANIFEST
     if not manifest_path.is_file():
         raise ArtifactError(
@@ -179,6 +205,87 @@ def verify_artifact(uri: str, sha256: str) -> Path:
             "artifacts are immutable, republish as a new version"
         )
     return directory
+
+
+def _publish_to_store(
+    store: Store, model_name: str, version: int, source: Path, manifest: bytes
+) -> ArtifactRef:
+    artifact_dir(Path("/"), model_name, version)  # the same names and versions as on disk
+    prefix = f"{model_name}/{version}"
+    sha256 = hashlib.sha256(manifest).hexdigest()
+    uri = store.location.child(model_name, str(version)).uri
+    try:
+        existing: bytes | None = store.read_bytes(f"{prefix}/{MANIFEST}")
+    except FileNotFoundError:
+        existing = None
+    if existing is not None:
+        if hashlib.sha256(existing).hexdigest() == sha256:
+            return ArtifactRef(uri, sha256)
+        raise ArtifactError(
+            f"{model_name} version {version} is already published at {uri} with other content; "
+            "versions are immutable: publish under the next version (ModelRegistry.next_version)"
+        )
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        store.write_bytes(f"{prefix}/{path.relative_to(source).as_posix()}", path.read_bytes())
+    if build_manifest(source) != manifest:
+        raise ArtifactError(f"{source} changed while it was being published; publish it again")
+    store.write_bytes(f"{prefix}/{MANIFEST}", manifest)  # last: the artifact exists from here
+    return ArtifactRef(uri, sha256)
+
+
+def artifact_cache() -> Path:
+    """Where ``s3://`` artifacts are verified locally: FLYWHEEL_ARTIFACT_CACHE, else
+    ``$FLYWHEEL_HOME/cache/models``."""
+    configured = os.environ.get("FLYWHEEL_ARTIFACT_CACHE")
+    if configured:
+        return Path(configured).expanduser().absolute()
+    home = os.environ.get("FLYWHEEL_HOME") or ".flywheel"
+    return Path(home).expanduser().absolute() / "cache" / "models"
+
+
+def _fetched(uri: str, sha256: str) -> Path:
+    """The local copy of the ``s3://`` artifact whose manifest hashes to ``sha256``, downloaded
+    once (a temporary directory renamed into place); the caller verifies it."""
+    target = artifact_cache() / sha256.lower()
+    if (target / MANIFEST).is_file():
+        return target
+    try:
+        store = Store.at(uri)
+        manifest = store.read_bytes(MANIFEST)
+    except FileNotFoundError:
+        raise ArtifactError(
+            f"artifact {uri} is missing (no {MANIFEST}); was it published?"
+        ) from None
+    except (OSError, StorageError) as exc:
+        raise ArtifactError(
+            f"artifact {uri}: cannot read it from the store ({exc}); check the S3 endpoint and "
+            "keys in the environment (docs/object-storage.md)"
+        ) from exc
+    if hashlib.sha256(manifest).hexdigest() != sha256.lower():
+        raise ArtifactError(
+            f"artifact {uri}: manifest hash does not match the registered {sha256[:12]}…; the "
+            "artifact was changed after it was published, republish it as a new version"
+        )
+    try:
+        files = json.loads(manifest)["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"artifact {uri}: unreadable manifest ({exc!r})") from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        for relative in files:
+            destination = staging / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(store.read_bytes(relative))
+        (staging / MANIFEST).write_bytes(manifest)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not (target / MANIFEST).is_file():  # else: another process fetched it first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def _check_file(uri: str, path: Path, relative: str, entry: dict[str, object]) -> None:

@@ -23,6 +23,7 @@ from confluent_kafka import Consumer
 
 from flywheel.platform import ensure_infrastructure
 from flywheel.settings import Settings
+from ground.store import Store
 from streams.stack.local import LocalStack
 
 TEST_STACK_ENV = Path(__file__).with_name("test-stack.env")
@@ -90,3 +91,12 @@ def read_topic(stack: Settings, unique: str) -> ReadTopic:
         return got
 
     return read
+
+
+@pytest.fixture
+def stack_store(stack: Settings, unique: str) -> Callable[[str], Store]:
+    """`at(name)`: the store at `s3://flywheel/<unique>/<name>` in the local stack's S3 server
+    (a prefix no other test uses). Skips with an external cluster: it has no local store."""
+    if not stack.uses_local_stack:
+        pytest.skip("an external cluster is configured: there is no local object store")
+    return lambda name: Store.at(stack.storage(f"s3://flywheel/{unique}/{name}"))

@@ -39,7 +39,7 @@ def learner_paths(settings: Settings) -> LearnerPaths:
     return LearnerPaths(
         lake=settings.lake if on_disk else home / "cache" / "lake",
         mds_root=home / "mds",
-        models_root=home / "models",
+        models_root=settings.models_root(),
         runs_root=home / "runs",
         lake_store=None if on_disk else settings.lake_store(),
         windows=settings.windows_store(),

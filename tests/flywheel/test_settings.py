@@ -114,3 +114,23 @@ def test_an_s3_lake_on_the_local_stack_uses_the_stacks_store(tmp_path: Path) -> 
     assert location.endpoint == f"http://127.0.0.1:{s.ports.s3}"
     assert location.credentials is not None  # the stack's key pair (generated on first use)
     assert Settings.from_env({"FLYWHEEL_HOME": str(tmp_path)}).lake == tmp_path / "lake"
+
+
+def test_windows_and_models_are_local_unless_set(tmp_path: Path) -> None:
+    settings = Settings.from_env({"FLYWHEEL_HOME": str(tmp_path)})
+    assert settings.windows_store() is None and settings.models_root() == tmp_path / "models"
+    assert settings.windows_cache_bytes == 8 << 30
+    env = {"FLYWHEEL_HOME": str(tmp_path), "FLYWHEEL_WINDOWS": "w", "FLYWHEEL_MODELS": "m",
+           "FLYWHEEL_WINDOWS_CACHE_BYTES": "1000"}  # fmt: skip
+    settings = Settings.from_env(env)
+    windows = settings.windows_store()
+    assert windows is not None and windows.local_dir == Path("w").absolute()
+    models = settings.models_root()
+    assert not isinstance(models, Path) and models.local_dir == Path("m").absolute()
+    assert settings.windows_cache_bytes == 1000
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "8GiB"])
+def test_a_bad_window_cache_size_names_the_variable(value: str) -> None:
+    with pytest.raises(SettingsError, match="FLYWHEEL_WINDOWS_CACHE_BYTES"):
+        Settings.from_env({"FLYWHEEL_WINDOWS_CACHE_BYTES": value})

@@ -26,6 +26,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from environments import ENVIRONMENTS, PROGRAM_SYNTHESIS
 from environments.base import AnyEnvironment, Task
+from ground.store import Store
 from learner.config import load_config
 from learner.data.token_windows import TokenSampleSpec, write_token_window
 from learner.engine.causal_lm import CausalLMTask
@@ -136,7 +137,7 @@ def run_sft(
     run_dir: Path,
     *,
     registry: ModelRegistry | None = None,
-    models_root: Path | None = None,
+    models_root: Path | Store | None = None,
     log: Callable[[str], None] = print,
     use_shipped: bool = True,
 ) -> SFTResult:
@@ -256,7 +257,7 @@ def _train(
 def _publish(
     config: AgentSFTConfig,
     registry: ModelRegistry,
-    models_root: Path,
+    models_root: Path | Store,
     checkpoint: Path,
     trained: Trained,
     result: EvalResult,

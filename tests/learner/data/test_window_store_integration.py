@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from flywheel.settings import Settings
 from ground.store import Store
 from learner.data.window_manifest import (
     WINDOW_RECORD_NAME,
@@ -60,10 +60,8 @@ def _window(root: Path, seq: int) -> tuple[Path, WindowRecord]:
 
 
 @pytest.fixture
-def store(stack: Settings, unique: str) -> Store:
-    if not stack.uses_local_stack:
-        pytest.skip("an external cluster is configured: there is no local object store")
-    return Store.at(stack.storage(f"s3://flywheel/{unique}/mds"))
+def store(stack_store: Callable[[str], Store]) -> Store:
+    return stack_store("mds")
 
 
 def test_a_crashed_publish_is_recovered_from_the_store(store: Store, tmp_path: Path) -> None:

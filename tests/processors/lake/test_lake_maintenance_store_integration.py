@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import pytest
 
 import analytics
 from contracts.lake_layout import range_problems, scan_topic
-from flywheel.settings import Settings
 from ground.lease import LeaseError, StoreLease
 from ground.store import Store
 from processors.lake.compaction import compact_lake
@@ -30,10 +30,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def store(stack: Settings, unique: str) -> Store:
-    if not stack.uses_local_stack:
-        pytest.skip("an external cluster is configured: there is no local object store")
-    return Store.at(stack.storage(f"s3://flywheel/{unique}/lake"))
+def store(stack_store: Callable[[str], Store]) -> Store:
+    return stack_store("lake")
 
 
 def _record(owner: str, expires_at: float) -> bytes:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from learner.data.window_store import read_published_manifest, sync_published
 from learner.lifecycle import LearnerStats
 from learner.recipes.gate.config import DEFAULT_CONFIG_PATH, LearnerConfig
 from learner.recipes.gate.recipe import GateRecipe
+from model_registry.artifacts import verify_artifact
 from model_registry.registry import ModelRegistry
 from policies.policy import fallback_policy
 from schemas.enums import ModelEventType
@@ -34,13 +36,12 @@ REPO = Path(__file__).resolve().parents[4]
 
 
 def test_a_fresh_learner_trains_a_version_from_windows_it_knows_by_uri(
-    stack: Settings, unique: str, tmp_path: Path
-) -> None:
-    if not stack.uses_local_stack:
-        pytest.skip("an external cluster is configured: there is no local object store")
-    lake_uri = f"s3://flywheel/{unique}/lake"
-    windows_uri = f"s3://flywheel/{unique}/windows"
-    lake, windows = Store.at(stack.storage(lake_uri)), Store.at(stack.storage(windows_uri))
+    stack: Settings, stack_store: Callable[[str], Store], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    lake, windows = stack_store("lake"), stack_store("windows")
+    lake_uri, windows_uri = lake.location.uri, windows.location.uri
+    models_uri = stack_store("models").location.uri
     model = f"gate-store-{uuid.uuid4().hex[:8]}"
     # The sink's files, in the store: 1,200 Reward rows of the model in two files.
     on_disk = tmp_path / "written"
@@ -80,6 +81,7 @@ def test_a_fresh_learner_trains_a_version_from_windows_it_knows_by_uri(
         FLYWHEEL_SCHEMA_REGISTRY_URL=stack.registry_url,
         FLYWHEEL_LAKE=lake_uri,
         FLYWHEEL_WINDOWS=windows_uri,
+        FLYWHEEL_MODELS=models_uri,
     )
     command = [sys.executable, "-m", "flywheel", "learn", "--recipe", "gate", "--model", model,
                "--config", str(config_file), "--max-versions", "1"]  # fmt: skip
@@ -104,3 +106,10 @@ def test_a_fresh_learner_trains_a_version_from_windows_it_knows_by_uri(
     assert not (fresh / "mds" / recipe.dataset / window).exists()
     assert list((fresh / "cache" / "windows" / recipe.dataset / window).glob("shard.*"))
     assert len(list((fresh / "cache" / "lake" / "rewards").rglob("*.parquet"))) == 2
+    # Its artifact is in the store too, verifiable from any machine with the store's keys.
+    assert state.artifact.uri == f"{models_uri}/{model}/1"
+    for name, value in stack.storage("s3://flywheel").environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FLYWHEEL_ARTIFACT_CACHE", str(tmp_path / "artifacts"))
+    local = verify_artifact(state.artifact.uri, state.artifact.sha256)
+    assert (local / "manifest.json").is_file() and not (fresh / "models").exists()
