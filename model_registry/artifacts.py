@@ -176,18 +176,7 @@ def _verify_dir(uri: str, directory: Path, sha256: str) -> Path:
             f"artifact {uri} is missing ({manifest_path} does not exist); was it published "
             "on this machine, or deleted?"
         )
-    manifest_bytes = manifest_path.read_bytes()
-    actual = hashlib.sha256(manifest_bytes).hexdigest()
-    if actual != sha256.lower():
-        raise ArtifactError(
-            f"artifact {uri}: manifest hash {actual[:12]}… does not match the registered "
-            f"{sha256[:12]}…; the artifact was changed after it was published, republish it "
-            "as a new version"
-        )
-    try:
-        files = json.loads(manifest_bytes)["files"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"artifact {uri}: unreadable manifest ({exc!r})") from None
+    files = _manifest_files(uri, manifest_path.read_bytes(), sha256)
     for relative, entry in files.items():
         _check_file(uri, directory / relative, relative, entry)
     extra = (
@@ -261,15 +250,7 @@ def _fetched(uri: str, sha256: str) -> Path:
             f"artifact {uri}: cannot read it from the store ({exc}); check the S3 endpoint and "
             "keys in the environment (docs/object-storage.md)"
         ) from exc
-    if hashlib.sha256(manifest).hexdigest() != sha256.lower():
-        raise ArtifactError(
-            f"artifact {uri}: manifest hash does not match the registered {sha256[:12]}…; the "
-            "artifact was changed after it was published, republish it as a new version"
-        )
-    try:
-        files = json.loads(manifest)["files"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"artifact {uri}: unreadable manifest ({exc!r})") from None
+    files = _manifest_files(uri, manifest, sha256)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
@@ -286,6 +267,23 @@ def _fetched(uri: str, sha256: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _manifest_files(uri: str, manifest: bytes, sha256: str) -> dict[str, dict[str, object]]:
+    """The manifest's files (relative path → size and hash), once the manifest hashes to
+    `sha256`; ArtifactError otherwise, or for an unreadable manifest."""
+    actual = hashlib.sha256(manifest).hexdigest()
+    if actual != sha256.lower():
+        raise ArtifactError(
+            f"artifact {uri}: manifest hash {actual[:12]}… does not match the registered "
+            f"{sha256[:12]}…; the artifact was changed after it was published, republish it "
+            "as a new version"
+        )
+    try:
+        files: dict[str, dict[str, object]] = json.loads(manifest)["files"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"artifact {uri}: unreadable manifest ({exc!r})") from None
+    return files
 
 
 def _check_file(uri: str, path: Path, relative: str, entry: dict[str, object]) -> None:
