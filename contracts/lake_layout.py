@@ -174,7 +174,7 @@ def scan_topic(lake: Store | Path, topic: str) -> TopicScan:
     """Every lake file and temporary file under `<lake>/<topic>/` (missing directory: empty);
     superseded files go to `superseded`, not `files` (module docstring). A Path is a local
     lake."""
-    lake = Store.at(lake) if isinstance(lake, Path) else lake
+    lake = Store.at(lake)
     scan = TopicScan()
     for stored in lake.files(topic):
         found = parse_file_name(stored.key)

@@ -55,8 +55,11 @@ class Store:
         self._s3: Any = None
 
     @classmethod
-    def at(cls, where: str | Path | StorageLocation) -> Store:
-        """The store at a URI, a local path or a parsed location; StorageError names the fix."""
+    def at(cls, where: str | Path | StorageLocation | Store) -> Store:
+        """The store at a URI, a local path or a parsed location (a store: itself);
+        StorageError names the fix."""
+        if isinstance(where, Store):
+            return where
         if isinstance(where, StorageLocation):
             return cls(where)
         return cls(StorageLocation.parse(str(where)))

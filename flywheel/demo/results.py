@@ -167,7 +167,7 @@ class RunResults:
             )
             started = datetime.fromisoformat(self.started_at).astimezone(UTC)
             key = f"{LAKE_TABLE}/dt={started:%Y-%m-%d}/hour={started:%H}/{self.run_id}.parquet"
-            store = Store.at(lake) if isinstance(lake, Path) else lake
+            store = Store.at(lake)
             store.write_atomically(key, lambda out: pq.write_table(table, out))
         return path
 

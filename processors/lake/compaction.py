@@ -204,7 +204,7 @@ def compact_lake(
         )
     now = now or datetime.now(UTC)
     report = CompactionReport(dry_run=dry_run)
-    store = Store.at(lake) if isinstance(lake, Path) else lake
+    store = Store.at(lake)
     with maintenance_lock(store):
         if retention_days is not None:
             report.retention = retain(store, retention_days, now=now, dry_run=dry_run)

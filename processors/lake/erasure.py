@@ -120,14 +120,10 @@ def lake_files(lake: Path | Store, topic: str) -> Iterator[str]:
         yield from (f.path for f in files)
 
 
-def _store(lake: Path | Store) -> Store:
-    return Store.at(lake) if isinstance(lake, Path) else lake
-
-
 def user_keys(lake: Path | Store, user_id: str) -> UserKeys:
     """The user's suggestion, session and completion ids: those of the rows with the user's
     `user_id` in `telemetry.suggestions`, `agent.completions` and `agent.feedback`."""
-    store = _store(lake)
+    store = Store.at(lake)
     ids: dict[str, set[str]] = {c: set() for c in ("suggestion_id", "session_id", "completion_id")}
     for topic in KEY_TOPICS:
         for path in lake_files(store, topic):
@@ -182,7 +178,7 @@ def is_users_record(record: Mapping[str, Any], keys: UserKeys) -> bool:
 
 def user_files(lake: Path | Store, topic: str, keys: UserKeys) -> list[str]:
     """The lake files of `topic` holding a row of the user (read, not changed)."""
-    store = _store(lake)
+    store = Store.at(lake)
     columns = {USER_COLUMN, ENTITY_COLUMN, *ID_COLUMNS}
     found = []
     for path in lake_files(store, topic):
@@ -221,7 +217,7 @@ def erase_user(
     if not user_id:
         raise ErasureError("the user id is empty; pass the user's pseudonym (or --raw with the id)")
     report = report or ErasureReport(erasure_id or uuid.uuid4().hex, user_id)
-    store = _store(lake)
+    store = Store.at(lake)
     keys = keys or user_keys(store, user_id)
     for topic in topics:
         removed = 0
@@ -274,10 +270,11 @@ def retain(
         raise ErasureError(f"retention must be longer than 0 days, got {days}")
     cutoff = (now or datetime.now(UTC)) - timedelta(days=days)
     report = RetentionReport()
-    if isinstance(lake, Store) and lake.local_dir is None:
-        _retain_in_store(lake, cutoff, report, dry_run)
+    store = Store.at(lake)
+    if store.local_dir is None:
+        _retain_in_store(store, cutoff, report, dry_run)
         return report
-    lake = lake.local_dir if isinstance(lake, Store) and lake.local_dir else Path(str(lake))
+    lake = store.local_dir
     for table_dir in sorted(p for p in lake.iterdir() if p.is_dir()) if lake.is_dir() else []:
         anchors = _newest_file_dirs(lake, table_dir.name)
         for folder in sorted(table_dir.glob("dt=*/hour=*")):

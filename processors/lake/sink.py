@@ -83,7 +83,7 @@ class LakeSink:
         """`decode_as` maps non-platform topics to the platform topic whose schema they carry;
         `instance_id` turns on static membership (a restarted sink gets its partitions back at
         once instead of after the session timeout). SinkConfigError on a bad configuration."""
-        self.lake = Store.at(lake) if isinstance(lake, Path) else lake
+        self.lake = Store.at(lake)
         self._topics = lake_topics(
             topics, codec, decode_as=decode_as, max_record_bytes=max_record_bytes
         )

@@ -34,7 +34,7 @@ def write_lake(
     """Write `events` into `lake` as the sink would: per topic and partition (crc32 of the key),
     offsets in event-time order, one file per hour and at most `rows_per_file` rows.
     Returns the number of files written."""
-    store = Store.at(lake) if isinstance(lake, Path) else lake
+    store = Store.at(lake)
     by_partition: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for event in events:
         topic = TOPIC_OF[event.SCHEMA_NAME]
