@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -35,12 +35,11 @@ LOCK_NAME = ".maintenance.lock"
 DEFAULT_WAIT_S = 3600.0
 _POLL_S = 0.2
 log = logging.getLogger(__name__)
-# Locks held per thread ((lake, thread) -> [fd, depth]): compaction runs retention under its own
-# lock, and a second flock on another descriptor of the same file would wait for itself. Another
-# thread opens its own descriptor, so it waits like another process.
-_held: dict[tuple[Path, int], list[int]] = {}
-# Leases held per thread on object stores ((uri, thread) -> [lease, depth]), likewise.
-_leases: dict[tuple[str, int], list[Any]] = {}
+# Locks held per thread ((lake directory or store URI, thread) -> [fd or lease, depth]):
+# compaction runs retention under its own lock, and a second flock on another descriptor of the
+# same file would wait for itself. Another thread opens its own descriptor (or lease), so it
+# waits like another process.
+_held: dict[tuple[Path | str, int], list[Any]] = {}
 _guard = threading.Lock()
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,73 +51,70 @@ def maintenance_lock(lake: Path | Store, *, wait_s: float = DEFAULT_WAIT_S) -> I
     superseded files a crashed compaction left. Waits up to `wait_s` for another holder, then
     raises MaintenanceLockError. A missing local `lake` holds nothing to protect: no lock then.
     A lake in an object store holds a lease (module docstring)."""
-    if isinstance(lake, Store):
-        if lake.local_dir is None:
-            with _store_lock(lake, wait_s):
-                yield
-            return
-        lake = lake.local_dir
-    root = lake.absolute()
+    store = Store.at(lake)
+    root = store.local_dir
+    if root is None:
+        with _reentrant(store.location.uri, lambda: _leased(store, wait_s)):
+            yield
+        return
     if not root.is_dir():
         yield
         return
-    key = (root, threading.get_ident())
-    with _guard:
-        if key in _held:
-            _held[key][1] += 1
-            nested = True
-        else:
-            nested = False
-    if nested:
-        try:
-            yield
-        finally:
-            with _guard:
-                _held[key][1] -= 1
-        return
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        _acquire(fd, root, wait_s)
-        with _guard:
-            _held[key] = [fd, 1]
-        try:
-            recover_superseded(root)
-            yield
-        finally:
-            with _guard:
-                del _held[key]
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    with _reentrant(root.absolute(), lambda: _flocked(root.absolute(), wait_s)):
+        yield
 
 
 @contextmanager
-def _store_lock(store: Store, wait_s: float) -> Iterator[None]:
-    key = (store.location.uri, threading.get_ident())
+def _reentrant(lock: Path | str, take: Callable[[], AbstractContextManager[Any]]) -> Iterator[None]:
+    """Hold `take()` once per thread and `lock`: a nested hold only counts, as one flock on two
+    descriptors of one file would wait for itself."""
+    key = (lock, threading.get_ident())
     with _guard:
-        held = _leases.get(key)
+        held = _held.get(key)
         if held is not None:
             held[1] += 1
-    if held is not None:  # re-entrant, as the flock
+    if held is not None:
         try:
             yield
         finally:
             with _guard:
                 held[1] -= 1
         return
+    with take() as handle:
+        with _guard:
+            _held[key] = [handle, 1]
+        try:
+            yield
+        finally:
+            with _guard:
+                del _held[key]
+
+
+@contextmanager
+def _flocked(root: Path, wait_s: float) -> Iterator[int]:
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        _acquire(fd, root, wait_s)
+        try:
+            recover_superseded(root)
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _leased(store: Store, wait_s: float) -> Iterator[StoreLease]:
     lease = StoreLease(store, LOCK_NAME)
     try:
         lease.acquire(wait_s)
     except LeaseError as exc:
         raise MaintenanceLockError(str(exc)) from exc
-    with _guard:
-        _leases[key] = [lease, 1]
     try:
         recover_superseded(store)
-        yield
+        yield lease
     finally:
-        with _guard:
-            del _leases[key]
         lease.release()
 
 
@@ -126,8 +122,9 @@ def still_held(lake: Path | Store) -> None:
     """Before replacing or deleting a file under the lock: MaintenanceLockError when this
     thread's lease on an object-store `lake` was taken over (it stalled past its time to live;
     a flock cannot be lost)."""
-    if isinstance(lake, Store) and lake.local_dir is None:
-        held = _leases.get((lake.location.uri, threading.get_ident()))
+    store = Store.at(lake)
+    if store.local_dir is None:
+        held = _held.get((store.location.uri, threading.get_ident()))
         if held is not None:
             try:
                 held[0].check()
@@ -171,7 +168,7 @@ def recover_superseded(lake: Path | Store) -> int:
     """Delete every superseded file of every topic in `lake`; returns how many. Call it with
     the maintenance lock held (the sink deletes its own partitions' on assignment)."""
     deleted = 0
-    store = Store.at(lake) if isinstance(lake, Path) else lake
+    store = Store.at(lake)
     for topic in topic_dirs(store):
         scan = scan_topic(store, topic)
         deleted += delete_superseded(
