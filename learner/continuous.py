@@ -199,6 +199,7 @@ class ContinuousLearner(Generic[M, P]):
             kafka_config, codec, producer=f"learner/{s.model_name}"
         )
         self.stats = LearnerStats()  # read by flywheel.metrics.LearnerCollector
+        self._windows_recovered = False  # the first window sync recovers a crashed publish
         self.lifecycle = VersionLifecycle(
             self.registry, kafka_config, codec, s.model_name, reward_fn=s.reward_fn,
             source=s.canary_source, cluster_by=s.cluster_by, canary=s.canary, stats=self.stats,
@@ -227,7 +228,8 @@ class ContinuousLearner(Generic[M, P]):
         last_note = 0.0
         while not stop.is_set():
             self._sync_lake()
-            self._sync_windows()  # adopt what was published before building more
+            if not self._windows_recovered:  # adopt what was published before building more
+                self._sync_windows(recover=True)
             self.recipe.build_window(production, self.stats)
             self._sync_windows()  # publish what was built
             manifest = read_manifest(self.paths.mds_root / s.dataset, s.dataset, s.reward_fn)
@@ -250,7 +252,7 @@ class ContinuousLearner(Generic[M, P]):
             self.log(f"lake mirror: {done.fetched} file(s) fetched ({done.bytes:,} bytes), "
                      f"{done.removed} removed, from {store}")  # fmt: skip
 
-    def _sync_windows(self) -> None:
+    def _sync_windows(self, *, recover: bool = False) -> None:
         store = self.paths.windows
         if store is None:
             return
@@ -258,7 +260,8 @@ class ContinuousLearner(Generic[M, P]):
         root = self.paths.mds_root / s.dataset
         root.mkdir(parents=True, exist_ok=True)
         with dataset_lock(root):
-            done = sync_published(store, root, s.dataset, s.reward_fn)
+            done = sync_published(store, root, s.dataset, s.reward_fn, recover=recover)
+        self._windows_recovered = True
         for what, names in (("adopted", done.adopted), ("published", done.published),
                             ("dropped (gone from the store)", done.dropped)):  # fmt: skip
             if names:
@@ -303,9 +306,8 @@ class ContinuousLearner(Generic[M, P]):
             collate=plan.collate,
             cache_limit=self.paths.windows_cache_limit,
         )
-        store = self.paths.windows
-        remote = store is not None and any(w.remote for w in windows)
-        with streaming_from(store.location) if remote and store else contextlib.nullcontext():
+        store = self.paths.windows  # with one, the windows stream from it (`_stream`)
+        with streaming_from(store.location) if store is not None else contextlib.nullcontext():
             fit = trainer.fit()
         return load_trained(save_dir, plan.model_factory), fit
 

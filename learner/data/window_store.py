@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from contracts.lake_layout import topic_dirs
 from ground.durable import write_durably
 from ground.storage import StorageLocation
 from ground.store import Store
@@ -137,12 +138,19 @@ class WindowSync:
     dropped: tuple[str, ...] = ()
 
 
-def sync_published(store: Store, root: Path, dataset: str, reward_fn: str) -> WindowSync:
+def sync_published(
+    store: Store, root: Path, dataset: str, reward_fn: str, *, recover: bool = True
+) -> WindowSync:
     """Bring the windows of `dataset` on disk (`root`) and in `store` to one manifest (module
-    docstring); call it under `learner.data.windows.dataset_lock(root)`. LearnerError when a
-    published window holds lake files a local one holds too (two learners built windows of one
-    dataset: run one per dataset)."""
-    published = recover_published(store, dataset, reward_fn)
+    docstring); call it under `learner.data.windows.dataset_lock(root)`. `recover`: first
+    finish what a crashed publish left (`recover_published`, a listing of every object of the
+    dataset): once per learner start is enough, as only this learner publishes the dataset;
+    later syncs read the manifest only. LearnerError when a published window holds lake files
+    a local one holds too (two learners built windows of one dataset: run one per dataset)."""
+    if recover:
+        published = recover_published(store, dataset, reward_fn)
+    else:
+        published = read_published_manifest(store, dataset, reward_fn)
     local = read_manifest(root, dataset, reward_fn)
     on_store = {w.name for w in published.windows}
     known = _published_names(root)
@@ -188,12 +196,13 @@ def drop_published(store: Store, files: Set[FileKey]) -> list[str]:
     (which `recover_published` deletes too, once the manifest no longer lists them); an
     erasure run again before the manifest changed finds the window and finishes."""
     dropped: list[str] = []
-    for stored in store.files():
-        dataset, _, rest = stored.key.partition("/")
-        if rest != MANIFEST_NAME:
+    for dataset in topic_dirs(store):  # one delimiter listing: the datasets, not their shards
+        key = f"{dataset}/{MANIFEST_NAME}"
+        try:
+            text = store.read_bytes(key).decode()
+        except FileNotFoundError:
             continue
-        head = json.loads(store.read_bytes(stored.key))
-        manifest = read_published_manifest(store, dataset, head["reward_fn"])
+        manifest = parse_manifest(text, f"{store}/{key}", dataset, json.loads(text)["reward_fn"])
         gone = [w.name for w in manifest.windows if any(f.key in files for f in w.files)]
         if not gone:
             continue
