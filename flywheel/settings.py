@@ -39,6 +39,13 @@ def is_secret(name: str) -> bool:
     return any(word in lowered for word in _SECRET_WORDS)
 
 
+def _location(value: str | None) -> str | None:
+    """A storage variable's value: a URI as given, a directory made absolute; None if unset."""
+    if not value:
+        return None
+    return value if "://" in value else str(Path(value).expanduser().absolute())
+
+
 def _size(env: Mapping[str, str], name: str, default: int) -> int:
     value = env.get(name)
     if not value:
@@ -98,9 +105,7 @@ class Settings:
         """Read settings from `env` (default: `os.environ`); raises SettingsError naming the fix."""
         env = os.environ if env is None else env
         home = Path(env.get(f"{_PREFIX}HOME") or ".flywheel").expanduser().absolute()
-        lake = env.get(f"{_PREFIX}LAKE") or str(home / "lake")
-        if "://" not in lake:
-            lake = str(Path(lake).expanduser().absolute())
+        lake = _location(env.get(f"{_PREFIX}LAKE")) or str(home / "lake")
         bootstrap = env.get(f"{_PREFIX}BOOTSTRAP_SERVERS") or None
         registry = env.get(f"{_PREFIX}SCHEMA_REGISTRY_URL") or None
         if (bootstrap is None) != (registry is None):
@@ -125,13 +130,9 @@ class Settings:
         }
         pseudonym_key = env.get(f"{_PREFIX}PSEUDONYM_KEY") or None
         storage_env = {n: v for n, v in env.items() if n.startswith(_STORAGE_PREFIXES)}
-        windows = env.get(f"{_PREFIX}WINDOWS") or None
-        if windows is not None and "://" not in windows:
-            windows = str(Path(windows).expanduser().absolute())
+        windows = _location(env.get(f"{_PREFIX}WINDOWS"))
         cache = _size(env, f"{_PREFIX}WINDOWS_CACHE_BYTES", DEFAULT_WINDOWS_CACHE_BYTES)
-        models = env.get(f"{_PREFIX}MODELS") or None
-        if models is not None and "://" not in models:
-            models = str(Path(models).expanduser().absolute())
+        models = _location(env.get(f"{_PREFIX}MODELS"))
         return cls(home, lake, bootstrap, registry, ports, kafka_config, pseudonym_key, storage_env,
                    windows, cache, models)  # fmt: skip
 

@@ -26,8 +26,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from ground.errors import StorageError
@@ -89,7 +87,7 @@ class StoreLease:
             self._renewer.join()
         current = self._read()
         if current is not None and current[1] == self._etag:
-            self._client().delete_object(Bucket=self._bucket, Key=self._object)
+            self.store.s3_client().delete_object(Bucket=self._bucket, Key=self._object)
         self._etag = None
 
     def _renew(self) -> None:
@@ -109,7 +107,7 @@ class StoreLease:
         if if_match is not None:
             condition["IfMatch"] = if_match
         try:
-            response = self._client().put_object(
+            response = self.store.s3_client().put_object(
                 Bucket=self._bucket, Key=self._object, Body=body.encode(), **condition
             )
         except ClientError as error:
@@ -124,24 +122,9 @@ class StoreLease:
         from botocore.exceptions import ClientError
 
         try:
-            response = self._client().get_object(Bucket=self._bucket, Key=self._object)
+            response = self.store.s3_client().get_object(Bucket=self._bucket, Key=self._object)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
             raise
         return json.loads(response["Body"].read()), str(response["ETag"])
-
-    def _client(self) -> Any:
-        return self.store.s3_client()
-
-
-@contextmanager
-def store_lease(store: Store, key: str, *, wait_s: float, ttl_s: float = DEFAULT_TTL_S
-                ) -> Iterator[StoreLease]:  # fmt: skip
-    """Hold the lease `key` of `store` while the block runs (module docstring)."""
-    lease = StoreLease(store, key, ttl_s=ttl_s)
-    lease.acquire(wait_s)
-    try:
-        yield lease
-    finally:
-        lease.release()
