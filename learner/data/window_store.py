@@ -20,7 +20,7 @@ the continuous learner that builds the windows (on the store that is a rule, not
 `sync_published` refuses a published window whose lake files a local one holds too).
 
 A learner keeps its local windows and the published ones in one manifest (`sync_published`,
-under the dataset's lock, before and after each build): it adopts published windows it lacks
+under the dataset's lock, before its first build and after each build): it adopts published windows it lacks
 (a learner on a new machine: their files stay in the store and training streams them), and
 publishes the ones it built. The store is the authority for what was published: a window the
 learner once published or adopted (named in its local `published.json`) that the store's
