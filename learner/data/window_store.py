@@ -19,13 +19,13 @@ window uploads the same objects again, so a retry is harmless. One writer per da
 the continuous learner that builds the windows (on the store that is a rule, not a lock:
 `sync_published` refuses a published window whose lake files a local one holds too).
 
-A learner keeps its local windows and the published ones in one manifest (`sync_published`,
-under the dataset's lock, before its first build and after each build): it adopts published windows it lacks
-(a learner on a new machine: their files stay in the store and training streams them), and
+A learner keeps its local windows and the published ones in one manifest (`sync_published`, under
+the dataset's lock, before its first build and after each build): it adopts published windows it
+lacks (a learner on a new machine: their files stay in the store and training streams them), and
 publishes the ones it built. The store is the authority for what was published: a window the
-learner once published or adopted (named in its local `published.json`) that the store's
-manifest no longer lists was dropped there (`drop_published`, a privacy erasure run on another
-machine), so the learner drops it too instead of publishing it again.
+learner once published or adopted (named in its local `published.json`) that the store's manifest
+no longer lists was dropped there (`drop_published`, a privacy erasure run on another machine), so
+the learner drops it too instead of publishing it again.
 
 Training from the store: `remote_streams` gives `WindowStream`s with a remote URI and a directory
 in a local cache. StreamingDataset then downloads `index.json` and the shards it needs into that
