@@ -10,7 +10,7 @@ produced Avro-encoded (Confluent wire format) keyed by session_id or group_id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import faust
@@ -222,9 +222,9 @@ def build_app(
             0, high - message.offset - 1
         )
 
-    async def send_or_crash() -> None:
+    async def or_crash(sending: Awaitable[None]) -> None:
         try:
-            await outbox.send()
+            await sending
         except JoinerError as exc:
             # Stop the worker: faust would restart just the agent, whose unsent batch would
             # stay unacked and hold its partitions' commits back forever.
@@ -254,7 +254,7 @@ def build_app(
                     for m in messages
                 ]
             )
-            await send_or_crash()  # before faust acks the batch (after this body returns)
+            await or_crash(outbox.send())  # before faust acks the batch (after this body returns)
             await seek_back(step.take_seeks())
             last = {m.tp: m for m in messages}  # the status line's lag: one look per partition
             for m in last.values():
@@ -315,6 +315,20 @@ def build_app(
 
     def applied_offsets(partitions: Iterable[TP]) -> dict[TP, int]:
         return {tp: n for tp in partitions if (n := applied_next(tp))}
+
+    @app.timer(interval=max(config.idle_s, 0.5))  # type: ignore[untyped-decorator]  # faust: bare Callable
+    async def attribute_idle() -> None:
+        """What became due without a record (`RewardJoiner.on_tick`), committed at once: the
+        offsets are read before anything is awaited (`Outbox.commit_open`). Not while a
+        rebalance or a table recovery runs: the tables then hold half-restored state."""
+        if app.rebalancing or app.in_recovery:
+            return
+        actives = app.assignor.assigned_actives()
+        queued = len(outbox)  # an agent's batch may be queued, not sent yet: it is not ours
+        for step, topics in ((joiner, config.topics), (served_joiner, config.completion_topics)):
+            await step.on_tick(sorted({tp.partition for tp in actives if tp.topic in topics}))
+        if len(outbox) > queued:
+            await or_crash(outbox.commit_open(applied_offsets(actives)))
 
     @app.on_partitions_revoked.connect
     async def _revoked(_sender: Any, /, *args: Any, signal: Any, **_kwargs: Any) -> None:

@@ -219,13 +219,33 @@ class RewardJoiner:
         # Attribution and orphan expiry once per partition per batch, after all its records
         # (each is applied, so its input is caught up to it); they were a quarter of the CPU
         # per record. The Rewards derive from the partition's last record (its transaction).
-        for partition, rec in last.items():
-            attribution_ms = self._attribution_watermark(batch, partition)
-            if attribution_ms is not None:
-                await self._attribute_due(batch, rec, attribution_ms)
-            await self._expire_orphans(batch, rec)
-            self._drop_done(batch, partition)
+        for rec in last.values():
+            await self._settle(batch, rec)
         batch.flush()
+
+    async def on_tick(self, partitions: Sequence[int]) -> None:
+        """Attribute what became due in `partitions` without a record arriving: an input goes
+        idle by the wall clock (and once the consumer has nothing more of it), so a partition
+        whose last batch came while an input still held attribution back would otherwise wait
+        for its next record — after a restart that re-read only the ticks, for ever (the joiner
+        crash test's 320 missing Rewards). The adapter calls it between batches; the outputs
+        derive from the partition's anchor input (its transaction)."""
+        batch = Batch(self._state)
+        anchor = self._join.topics[0]
+        source = self._sources.get(anchor, anchor)
+        for partition in partitions:
+            await self._settle(batch, SourceRecord(source, anchor, partition, -1, None, b""))
+        batch.flush()
+
+    async def _settle(self, batch: Batch, rec: SourceRecord) -> None:
+        """Attribution, orphan expiry and done-marker expiry for `rec`'s partition, the
+        outputs deriving from `rec`."""
+        partition = rec.partition
+        attribution_ms = self._attribution_watermark(batch, partition)
+        if attribution_ms is not None:
+            await self._attribute_due(batch, rec, attribution_ms)
+        await self._expire_orphans(batch, rec)
+        self._drop_done(batch, partition)
 
     def take_seeks(self) -> dict[tuple[str, int], int]:
         """Where to seek the consumer back to after the batch (`OffsetHoles.take_seeks`)."""

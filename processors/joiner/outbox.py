@@ -92,40 +92,49 @@ class Outbox:
 
     async def _send_pending(self) -> None:
         async with self._sending:
-            pending, self._pending = self._pending, {}
-            if not self._exactly_once:
-                producer = self._app.producer
-                for records in pending.values():
-                    for topic, to, key, value, headers in records:
-                        fut = await producer.send(topic, key, value, to, None, headers)
-                        fut.add_done_callback(self._check)
-                return
-            # Source topics of one topic group share a partition's transaction: their records
-            # go in under one hold of its lock, or a commit could fall between (say) the state
-            # write that drops an attributed suggestion and the Rewards derived from an outcome.
-            by_transaction: dict[str, tuple[str, int, list[OutRecord]]] = {}
-            for (source_topic, partition), records in pending.items():
-                tid = self._transactional_id(source_topic, partition)
-                if tid in by_transaction:
-                    by_transaction[tid][2].extend(records)
-                else:
-                    by_transaction[tid] = (source_topic, partition, records)
-            for tid, (source_topic, partition, records) in by_transaction.items():
-                await self._send_transactional(tid, source_topic, partition, records)
+            await self._send_locked()
+
+    async def _send_locked(self) -> None:
+        pending, self._pending = self._pending, {}
+        if not self._exactly_once:
+            producer = self._app.producer
+            for records in pending.values():
+                for topic, to, key, value, headers in records:
+                    fut = await producer.send(topic, key, value, to, None, headers)
+                    fut.add_done_callback(self._check)
+            return
+        # Source topics of one topic group share a partition's transaction: their records go
+        # in under one hold of its lock, or a commit could fall between (say) the state write
+        # that drops an attributed suggestion and the Rewards derived from an outcome.
+        by_transaction: dict[str, tuple[str, int, list[OutRecord]]] = {}
+        for (source_topic, partition), records in pending.items():
+            tid = self._transactional_id(source_topic, partition)
+            if tid in by_transaction:
+                by_transaction[tid][2].extend(records)
+            else:
+                by_transaction[tid] = (source_topic, partition, records)
+        for tid, (source_topic, partition, records) in by_transaction.items():
+            await self._send_transactional(tid, source_topic, partition, records)
 
     async def commit_open(self, offsets: Mapping[Any, int]) -> None:
-        """Commit every open transaction of this worker now, each with the source offsets among
-        `offsets` (faust TPs → the next offset to read) of its partitions.
+        """Send the queued records, then commit every open transaction of this worker now,
+        each with the source offsets among `offsets` (faust TPs → the next offset to read) of
+        its partitions. The caller reads `offsets` from the offset markers before it awaits
+        anything: every record below them has its outputs queued by then (a batch is applied
+        and queued without yielding), so they are in the transactions this commits.
 
         For a rebalance: faust neither commits nor aborts at a revocation, so a transaction
         stays open across it, and table recovery then replays the committed changelog over
         the state, undoing the open transaction's writes (offset markers included) on every
         partition this worker keeps. The records after the committed offsets were then applied
         a second time into the same transaction: a two-worker crash run committed 123 Rewards
-        twice. Committed here, state, offsets and outputs agree before recovery runs. Raises
-        (the worker must stop: its state is not what Kafka holds) when a transaction with
-        offsets to commit is gone or fenced."""
+        twice. Committed here, state, offsets and outputs agree before recovery runs. For the
+        attribution tick (`app`): its Rewards come with no new source offset, and faust
+        commits a transaction only with acked offsets, so they would stay invisible to
+        read_committed readers. Raises (the worker must stop: its state is not what Kafka
+        holds) when a transaction with offsets or records to commit is gone or fenced."""
         if not self._exactly_once:
+            await self._send_pending()
             return
         producer = self._app.producer
         by_transaction: dict[str, dict[Any, int]] = {
@@ -136,6 +145,7 @@ class Outbox:
             # aiokafka takes its own TopicPartition only (faust's rebalance signals give TPs)
             by_transaction.setdefault(tid, {})[TopicPartition(tp.topic, tp.partition)] = offset
         async with self._sending:
+            await self._send_locked()
             for tid, tid_offsets in sorted(by_transaction.items()):
                 async with self._transaction(tid) as txn:
                     if txn is None:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from faust.types import TP
 
 from processors.joiner.errors import JoinerError
 from processors.joiner.outbox import Outbox
@@ -44,6 +45,18 @@ class FakeTransactionalProducer:
             await asyncio.sleep(0)
 
         self.client = SimpleNamespace(_wait_on_metadata=wait_on_metadata)
+        self._txn_manager = SimpleNamespace(is_in_transaction=lambda: True)
+
+    async def send_offsets_to_transaction(self, offsets: dict[Any, int], _group: str) -> None:
+        self.log.append((self.tid, ("OFFSETS", {(tp.topic, tp.partition): n
+                                                for tp, n in offsets.items()})))  # fmt: skip
+
+    async def commit_transaction(self) -> None:
+        await asyncio.sleep(0)
+        self.log.append((self.tid, "COMMIT"))
+
+    async def begin_transaction(self) -> None:
+        self.log.append((self.tid, "BEGIN"))
 
     def _partition(self, _topic: str, _p: None, _k: None, _v: None, key: bytes, _sv: None) -> int:
         return len(key) % 2
@@ -128,6 +141,30 @@ def test_a_commit_waits_for_the_whole_batch_of_its_partition() -> None:
 
     asyncio.run(run())
     assert log[-1] == ("app-0-0", "COMMIT")  # after all five, never between them
+
+
+def test_commit_open_sends_the_queued_records_before_it_commits_them_with_the_offsets() -> None:
+    """The attribution tick's Rewards come with no new source offset: `commit_open` puts them
+    (and an agent's batch queued but not sent yet) into the transaction it then commits with
+    the applied offsets read before it was called."""
+    log: list[tuple[str, Any]] = []
+    outbox = Outbox(fake_app(log, range(2)), exactly_once=True)
+    outbox.add("t", 0, "rewards", b"k", b"from-the-tick")
+    outbox.add("t", 1, "changelog", b"s", b"state", to_partition=1)
+    offsets = {TP("t", 0): 41}
+    asyncio.run(outbox.commit_open(offsets))
+    assert [entry for entry in log if entry[0] == "app-0-0"] == [
+        ("app-0-0", ("rewards", 1, b"k", b"from-the-tick")),  # by key
+        ("app-0-0", ("OFFSETS", {("t", 0): 41})),
+        ("app-0-0", "COMMIT"),
+        ("app-0-0", "BEGIN"),
+    ]
+    assert [entry for entry in log if entry[0] == "app-0-1"] == [
+        ("app-0-1", ("changelog", 1, b"s", b"state")),
+        ("app-0-1", "COMMIT"),
+        ("app-0-1", "BEGIN"),
+    ]
+    assert len(outbox) == 0
 
 
 def test_a_partition_without_a_transaction_stops_the_worker() -> None:

@@ -379,6 +379,30 @@ def test_the_last_record_of_a_backlog_attributes_once_every_input_is_caught_up()
     }
 
 
+def test_a_tick_attributes_what_went_idle_after_the_partitions_last_record() -> None:
+    """The joiner crash test's 320 missing Rewards: after a restart the worker re-read only the
+    ticks that move the outcomes watermark, within idle_s of its start, so the offers input
+    still held attribution back; no record of that partition came again. The tick attributes
+    once the offers input has gone idle, and only then."""
+    h = Harness()
+    now = [0.0]
+    h.joiner = RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=2.0, monotonic=lambda: now[0],
+    )  # fmt: skip
+    offer = offered("s", event_time=at(0))
+    h.feed(offer, outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 50))
+    h.feed(tick("s", 60_000))  # the edits input moves far ahead; the offers input is not idle
+    asyncio.run(h.joiner.on_tick([0, 1]))
+    assert h.emitted == []
+    now[0] = 2.5  # the offers and outcomes inputs have been quiet for longer than idle_s
+    asyncio.run(h.joiner.on_tick([0, 1]))
+    assert h.rewards() == {reward_id(offer.suggestion_id, "tab@1"): 0.75}
+    written = dict(h.state)
+    asyncio.run(h.joiner.on_tick([0, 1]))
+    assert len(h.emitted) == 1 and h.state == written  # nothing due: nothing emitted or written
+
+
 def test_a_taken_over_partitions_inputs_are_not_idle_at_once() -> None:
     """After a rebalance the idle clock restarts: a worker that has run for a while must not
     count the other inputs of a partition it just took over as idle before it read them."""

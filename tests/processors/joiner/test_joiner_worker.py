@@ -336,6 +336,22 @@ def test_joiner_rewards_each_suggestion_once_and_sends_late_events_to_dlq(
     assert worker.stop() == 0
 
 
+def test_suggestions_due_once_an_input_goes_idle_are_rewarded_without_another_record(
+    stack: Settings, topics: Topics, worker: Worker
+) -> None:
+    """With `--idle-after 3s`, the session's events and the tick arrive while every input is
+    still moving, so no batch can attribute them; nothing of that partition comes after. The
+    worker's attribution tick emits (and commits) them once the inputs have gone idle."""
+    worker.cmd[worker.cmd.index("--idle-after") + 1] = "3s"
+    events, expected = session_events("s-a")
+    worker.start()
+    wait_started(worker)
+    produce(stack, topics, [*events, tick("s-a")])
+    assert rewards_by_id(read(stack, topics.rewards, len(expected))) == expected
+    assert_rewards_once(read(stack, topics.rewards, len(expected) + 1, timeout_s=3), expected)
+    assert worker.stop() == 0
+
+
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_joiner_resumes_after_sigkill_with_the_same_rewards(
     stack: Settings, topics: Topics, worker: Worker, guarantee: str
