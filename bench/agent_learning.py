@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--temperature", type=float, default=1.0, help="the trials' sampling")
+    parser.add_argument("--top-p", type=float, default=1.0, help="the trials' nucleus")
     parser.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch")
     parser.add_argument("--eval-tasks", type=int, default=200)
     parser.add_argument("--env", default=REPOSITORY, help="the environment (its training pool)")
@@ -168,7 +169,7 @@ def main() -> None:
     levels = range(1, args.max_depth + 1)
     drawn = training_tasks(ENVIRONMENTS, args.env, draw.randrange(1 << 30), levels)
     pool = list(islice(drawn, args.tasks * args.iterations))
-    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    sampling = SamplingParams(args.temperature, args.top_p, args.max_new_tokens)
     settings = GRPOSettings(
         group=args.group, sampling=sampling, seq_len=args.seq_len, limits=limits,
         epochs=args.epochs, reward=args.reward, flip=args.flip, positive_only=args.positive_only,

@@ -31,6 +31,11 @@ from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from policies.agent_sampling import SamplingParams, sample
 
 GREEDY_BATCH = 32  # prompts per generate call
+# An eval episode's wall limit is a hang guard only (each tool call has its sandbox's own
+# limits): a batch of episodes decodes together, so on a loaded machine (a demo's learner beside
+# its rollout workers) the default 60 s ended passing episodes, and a verdict paired against a
+# production result measured on a quiet machine must not depend on the load.
+EVAL_EPISODE_WALL_S = 600.0
 EVALS_FILE = "eval.json"  # a checkpoint's eval results, kept beside its weights
 
 
@@ -46,7 +51,7 @@ class EvalConfig:
     extra_tasks: int = 200  # report only: a point estimate, so fewer tasks (and less time)
 
     def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(max_turns=self.max_turns, max_tokens=self.max_context)
+        return EpisodeLimits(self.max_turns, self.max_context, wall_s=EVAL_EPISODE_WALL_S)
 
 
 @dataclass(frozen=True)
