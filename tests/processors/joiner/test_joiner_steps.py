@@ -43,6 +43,14 @@ def joiner_over(state: Any, h: Harness, *, idle_s: float = 0.0) -> RewardJoiner:
     )  # fmt: skip
 
 
+def joiner_on_clock(h: Harness, now: list[float], *, idle_s: float = 2.0) -> RewardJoiner:
+    """A joiner whose wall clock is ``now[0]`` (a test moves it)."""
+    return RewardJoiner(
+        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
+        idle_s=idle_s, monotonic=lambda: now[0],
+    )  # fmt: skip
+
+
 class Harness:
     def __init__(self) -> None:
         self.codec = AvroCodec(FakeRegistry())  # type: ignore[arg-type]  # a fake registry
@@ -386,10 +394,7 @@ def test_a_tick_attributes_what_went_idle_after_the_partitions_last_record() -> 
     once the offers input has gone idle, and only then."""
     h = Harness()
     now = [0.0]
-    h.joiner = RewardJoiner(
-        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
-        idle_s=2.0, monotonic=lambda: now[0],
-    )  # fmt: skip
+    h.joiner = joiner_on_clock(h, now)
     offer = offered("s", event_time=at(0))
     h.feed(offer, outcome(offer.suggestion_id, "s", Outcome.ACCEPTED, 50))
     h.feed(tick("s", 60_000))  # the edits input moves far ahead; the offers input is not idle
@@ -408,10 +413,7 @@ def test_a_taken_over_partitions_inputs_are_not_idle_at_once() -> None:
     count the other inputs of a partition it just took over as idle before it read them."""
     h = Harness()
     now = [0.0]
-    h.joiner = RewardJoiner(
-        h.state, h.codec, reward_functions(["tab@1"]), WINDOWS, h.outputs, h.stats,
-        idle_s=2.0, monotonic=lambda: now[0],
-    )  # fmt: skip
+    h.joiner = joiner_on_clock(h, now)
     offer = offered("s", event_time=at(0))
     h.feed(offer, outcome(str(uuid.uuid4()), "s", Outcome.REJECTED, 0))
     now[0] = 600.0  # the worker ran for ten minutes; then partition 0 came back in a rebalance
