@@ -199,7 +199,6 @@ class ContinuousLearner(Generic[M, P]):
             kafka_config, codec, producer=f"learner/{s.model_name}"
         )
         self.stats = LearnerStats()  # read by flywheel.metrics.LearnerCollector
-        self._windows_recovered = False  # the first window sync recovers a crashed publish
         self.lifecycle = VersionLifecycle(
             self.registry, kafka_config, codec, s.model_name, reward_fn=s.reward_fn,
             source=s.canary_source, cluster_by=s.cluster_by, canary=s.canary, stats=self.stats,
@@ -208,6 +207,8 @@ class ContinuousLearner(Generic[M, P]):
 
     def run(self, stop: threading.Event, max_versions: int | None = None) -> list[CycleResult]:
         """Cycle until ``stop`` is set or ``max_versions`` versions are decided in total."""
+        # Adopt what was published, and finish a crashed publish, once before building more.
+        self._sync_windows(recover=True)
 
         def next_version() -> CycleResult | None:
             early = self.settings.production == "before_wait"
@@ -228,8 +229,6 @@ class ContinuousLearner(Generic[M, P]):
         last_note = 0.0
         while not stop.is_set():
             self._sync_lake()
-            if not self._windows_recovered:  # adopt what was published before building more
-                self._sync_windows(recover=True)
             self.recipe.build_window(production, self.stats)
             self._sync_windows()  # publish what was built
             manifest = read_manifest(self.paths.mds_root / s.dataset, s.dataset, s.reward_fn)
@@ -261,7 +260,6 @@ class ContinuousLearner(Generic[M, P]):
         root.mkdir(parents=True, exist_ok=True)
         with dataset_lock(root):
             done = sync_published(store, root, s.dataset, s.reward_fn, recover=recover)
-        self._windows_recovered = True
         for what, names in (("adopted", done.adopted), ("published", done.published),
                             ("dropped (gone from the store)", done.dropped)):  # fmt: skip
             if names:
