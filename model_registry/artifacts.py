@@ -129,7 +129,7 @@ def publish_artifact(
     sha256 = hashlib.sha256(manifest).hexdigest()
     if isinstance(models_root, Store):
         if models_root.local_dir is None:
-            return _publish_to_store(models_root, model_name, version, source, manifest)
+            return _publish_to_store(models_root, model_name, version, source, manifest, sha256)
         models_root = models_root.local_dir
     target = artifact_dir(models_root, model_name, version)
     if target.exists():
@@ -197,11 +197,10 @@ def _verify_dir(uri: str, directory: Path, sha256: str) -> Path:
 
 
 def _publish_to_store(
-    store: Store, model_name: str, version: int, source: Path, manifest: bytes
+    store: Store, model_name: str, version: int, source: Path, manifest: bytes, sha256: str
 ) -> ArtifactRef:
     artifact_dir(Path("/"), model_name, version)  # the same names and versions as on disk
     prefix = f"{model_name}/{version}"
-    sha256 = hashlib.sha256(manifest).hexdigest()
     uri = store.location.child(model_name, str(version)).uri
     try:
         existing: bytes | None = store.read_bytes(f"{prefix}/{MANIFEST}")
@@ -210,16 +209,26 @@ def _publish_to_store(
     if existing is not None:
         if hashlib.sha256(existing).hexdigest() == sha256:
             return ArtifactRef(uri, sha256)
-        raise ArtifactError(
-            f"{model_name} version {version} is already published at {uri} with other content; "
-            "versions are immutable: publish under the next version (ModelRegistry.next_version)"
-        )
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        store.write_bytes(f"{prefix}/{path.relative_to(source).as_posix()}", path.read_bytes())
-    if build_manifest(source) != manifest:
-        raise ArtifactError(f"{source} changed while it was being published; publish it again")
+        raise _already_published(model_name, version, uri)
+    # The manifest's files, each read once: the bytes uploaded are the bytes it lists.
+    changed = ArtifactError(f"{source} changed while it was being published; publish it again")
+    files = _manifest_files(uri, manifest, sha256)
+    for relative, entry in files.items():
+        data = (source / relative).read_bytes()
+        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise changed
+        store.write_bytes(f"{prefix}/{relative}", data)
+    if {p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file()} != set(files):
+        raise changed  # a file came or went
     store.write_bytes(f"{prefix}/{MANIFEST}", manifest)  # last: the artifact exists from here
     return ArtifactRef(uri, sha256)
+
+
+def _already_published(model_name: str, version: int, where: object) -> ArtifactError:
+    return ArtifactError(
+        f"{model_name} version {version} is already published at {where} with other content; "
+        "versions are immutable: publish under the next version (ModelRegistry.next_version)"
+    )
 
 
 def artifact_cache() -> Path:
@@ -304,10 +313,7 @@ def _existing(target: Path, sha256: str, model_name: str, version: int) -> Artif
     if manifest.is_file() and hashlib.sha256(manifest.read_bytes()).hexdigest() == sha256:
         verify_artifact(uri, sha256)
         return ArtifactRef(uri, sha256)
-    raise ArtifactError(
-        f"{model_name} version {version} is already published at {target} with other content; "
-        "versions are immutable: publish under the next version (ModelRegistry.next_version)"
-    )
+    raise _already_published(model_name, version, target)
 
 
 def _copy_synced(source: Path, staging: Path, manifest: bytes) -> None:
