@@ -24,6 +24,7 @@ import torch
 
 from policies.agent_chat import CHAT_TEMPLATE, ROLE_TOKENS
 from policies.errors import PolicyError
+from policies.model_build import MODEL_BUILD_LOCK
 
 # Never reach a hub, whatever a caller passes (set before transformers is imported).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,7 +144,8 @@ def build_model(config: AgentModelConfig, tokenizer: PreTrainedTokenizerFast) ->
             f"{config.vocab_size}; raise vocab_size"
         )
     hf = config.hf_config(tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
-    model: PreTrainedModel = AutoModelForCausalLM.from_config(hf)  # type: ignore[no-untyped-call]  # untyped in transformers
+    with MODEL_BUILD_LOCK:
+        model: PreTrainedModel = AutoModelForCausalLM.from_config(hf)  # type: ignore[no-untyped-call]  # untyped in transformers
     return model
 
 
@@ -170,9 +172,10 @@ def load_checkpoint(
         raise PolicyError(f"{directory} has no config.json: not a Hugging Face checkpoint")
     try:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            directory, local_files_only=True, dtype=dtype or torch.float32
-        )
+        with MODEL_BUILD_LOCK:
+            model = AutoModelForCausalLM.from_pretrained(
+                directory, local_files_only=True, dtype=dtype or torch.float32
+            )
     except (OSError, ValueError, KeyError) as exc:
         raise PolicyError(f"cannot load the checkpoint in {directory}: {exc}") from exc
     if tokenizer.pad_token is None:  # a foreign checkpoint: pad with eos

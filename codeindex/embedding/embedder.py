@@ -26,6 +26,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 from codeindex.embedding.errors import EmbeddingError
 from codeindex.embedding.model import mean_pool
 from policies.agent_lm import save_checkpoint
+from policies.model_build import MODEL_BUILD_LOCK
 
 MANIFEST_FILE = "embedder.json"
 MANIFEST_FORMAT = "flywheel-embedder@1"
@@ -162,9 +163,10 @@ def load_embedder(directory: Path, *, device: torch.device | str | None = None) 
     extra: dict[str, Any] = {"add_pooling_layer": False} if ours else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-        model = AutoModel.from_pretrained(
-            directory, local_files_only=True, dtype=torch.float32, **extra
-        )
+        with MODEL_BUILD_LOCK:
+            model = AutoModel.from_pretrained(
+                directory, local_files_only=True, dtype=torch.float32, **extra
+            )
     except (OSError, ValueError, KeyError) as exc:
         raise EmbeddingError(f"cannot load the checkpoint in {directory}: {exc}") from exc
     if ours:

@@ -15,6 +15,7 @@ import torch
 from transformers import BertConfig, BertModel, PreTrainedModel
 
 from codeindex.embedding.errors import EmbeddingError
+from policies.model_build import MODEL_BUILD_LOCK
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class EmbedderConfig:
 def build_encoder(config: EmbedderConfig, pad_id: int) -> PreTrainedModel:
     """A freshly initialised encoder of ``config`` (seed torch first), without BERT's pooler
     (mean pooling replaces it)."""
-    model: PreTrainedModel = BertModel(config.hf_config(pad_id), add_pooling_layer=False)  # type: ignore[no-untyped-call]  # untyped in transformers
+    with MODEL_BUILD_LOCK:
+        model: PreTrainedModel = BertModel(config.hf_config(pad_id), add_pooling_layer=False)  # type: ignore[no-untyped-call]  # untyped in transformers
     return model
 
 

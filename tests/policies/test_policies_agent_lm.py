@@ -3,6 +3,7 @@ checkpoints in the Hugging Face layout."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,34 @@ def test_kv_cache_bytes_shrink_by_heads_over_kv_heads() -> None:
     gqa = kv_cache_bytes_per_token(AgentModelConfig(heads=4, kv_heads=2))
     mqa = kv_cache_bytes_per_token(AgentModelConfig(heads=4, kv_heads=1))
     assert mha == 2 * gqa == 4 * mqa
+
+
+def test_checkpoints_loaded_and_built_from_many_threads_at_once_all_tie_their_embeddings(
+    tokenizer,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    # transformers patches process-global state while it builds a model; unserialised, two
+    # threads loading at once left tying off for good (the tied lm_head stayed on meta)
+    save_checkpoint(build_model(AgentModelConfig(**TINY), tokenizer), tokenizer, tmp_path / "ck")  # type: ignore[arg-type]
+    built: list[torch.nn.Module] = []
+    errors: list[BaseException] = []
+
+    def build(load: bool) -> None:
+        try:
+            built.append(load_checkpoint(tmp_path / "ck")[0] if load
+                         else build_model(AgentModelConfig(**TINY), tokenizer))  # type: ignore[arg-type]  # fmt: skip
+        except BaseException as exc:
+            errors.append(exc)
+
+    for _ in range(4):
+        threads = [threading.Thread(target=build, args=(i != 2,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    built.append(load_checkpoint(tmp_path / "ck")[0])  # and the process is left sound
+    assert errors == []
+    assert len(built) == 13
+    for model in built:
+        head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+        assert head.weight.data_ptr() == embedding.weight.data_ptr()
