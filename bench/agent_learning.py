@@ -131,6 +131,10 @@ def main() -> None:
     parser.add_argument("--flip", action="store_true", help="negate advantages (a bad candidate)")
     parser.add_argument("--kl", type=float, default=0.0, help="k3 KL coefficient to the start")
     parser.add_argument(
+        "--normalisation", choices=("token", "sequence"), default="token",
+        help="the loss's mean: over completion tokens (DAPO) or over trials (GRPO)",
+    )  # fmt: skip
+    parser.add_argument(
         "--positive-only",
         action="store_true",
         help="train on trials with positive advantage only (rejection sampling)",
@@ -163,7 +167,7 @@ def main() -> None:
     reference = None
     if args.kl > 0:
         reference, _ = load_checkpoint(Path(args.checkpoint))
-    task = GRPOTask(GRPOConfig(kl_coef=args.kl), reference)
+    task = GRPOTask(GRPOConfig(kl_coef=args.kl, normalisation=args.normalisation), reference)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     rng, draw = random.Random(0), random.Random(f"train-{args.seed + 1}")
     levels = range(1, args.max_depth + 1)

@@ -23,19 +23,24 @@ policy's under the same distribution (each row carries its trial's temperature a
   C: s_t = max(s_t, C A) (as a dual clip), so no token weighs more than C.
 * **KL to the reference** (optional, ``kl_coef`` > 0): the k3 estimator exp(r - π) - (r - π) - 1
   per token against the reference (warm-start) policy r.
-* **Normalisation**: token-level, as in DAPO: the loss is the sum over every completion token of
-  the batch divided by their number, so each token weighs the same whatever its completion's
-  length (a per-sequence mean, GRPO's original, favours short wrong answers and long right
-  ones). Advantages come normalised by the group's std from the joiner.
+* **Normalisation** (``normalisation``): ``token`` (default), as in DAPO: the loss is the sum
+  over every completion token of the batch divided by their number, so each token weighs the
+  same whatever its completion's length (a per-sequence mean, GRPO's original, favours short
+  wrong answers and long right ones). ``sequence``: GRPO's per-sequence mean, each trial
+  weighing the same. In multi-turn episodes the failures are the long ones (they loop until the
+  context or turn limit), so token-level lets a group's failures outweigh its one success by
+  their length; per-sequence keeps a group's positive and negative advantages in balance.
+  Advantages come normalised by the group's std from the joiner.
 
-``loss`` returns (Σ token losses, tokens): the trainer's step divides by the global batch's
-tokens, so ``tok`` durations count real completion tokens trained on.
+``loss`` returns (Σ losses, units): the trainer's step divides by the global batch's units
+(completion tokens, or trials under ``sequence``), so ``tok`` durations count those units.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -53,6 +58,7 @@ class GRPOConfig:
     clip_high: float = 0.28  # ε_high (DAPO's clip-higher keeps exploration alive)
     tis_cap: float = 2.0  # C: most any token's importance weight counts
     kl_coef: float = 0.0  # β of the k3 KL to the reference; 0: no reference forward pass
+    normalisation: Literal["token", "sequence"] = "token"  # what each unit of the mean is
 
     def __post_init__(self) -> None:
         if not (0 < self.clip_low < 1 and self.clip_high > 0 and self.tis_cap > 1):
@@ -61,6 +67,10 @@ class GRPOConfig:
             )
         if self.kl_coef < 0:
             raise LearnerError("objective.kl_coef must be >= 0")
+        if self.normalisation not in ("token", "sequence"):
+            raise LearnerError(
+                f"objective.normalisation must be 'token' or 'sequence', not {self.normalisation!r}"
+            )
 
 
 def token_losses(
@@ -136,6 +146,11 @@ class GRPOTask:
             self.config, reference,
         )  # fmt: skip
         weighted = torch.where(target, losses * weight.unsqueeze(-1), torch.zeros_like(losses))
+        if self.config.normalisation == "sequence":  # each trial's mean over its tokens
+            tokens = target.sum(dim=1)
+            trained = tokens > 0
+            per_trial = weighted.sum(dim=1) / tokens.clamp(min=1)
+            return per_trial[trained].sum(), trained.sum()
         return weighted.sum(), target.sum()
 
     def _reference_on(self, device: torch.device) -> nn.Module:

@@ -121,6 +121,14 @@ def test_collected_trials_carry_behaviour_logprobs_at_their_tokens() -> None:
     total_padded, count_padded = GRPOTask(GRPOConfig()).loss(model, padded)
     assert torch.isfinite(total_padded) and int(count_padded) == int(count)
     assert float(total_padded.detach()) == pytest.approx(float(total.detach()), abs=1e-4)
+    # Per-sequence normalisation: each trial's mean over its tokens, one unit per trial, so on
+    # policy each row adds -A whatever its length (padding rows still add nothing).
+    padded["advantage"] = torch.arange(14, dtype=torch.float32)
+    total_seq, rows = GRPOTask(GRPOConfig(normalisation="sequence")).loss(model, padded)
+    assert int(rows) == 12
+    assert float(total_seq.detach()) == pytest.approx(-sum(range(12)), abs=1e-3)
+    with pytest.raises(LearnerError, match="normalisation"):
+        GRPOConfig(normalisation="row")  # type: ignore[arg-type]
 
 
 def _tiny_lm() -> tuple[Any, Any]:
