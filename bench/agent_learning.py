@@ -146,6 +146,12 @@ def main() -> None:
         "when all pass, else 0 (what pass@1 counts)",
     )  # fmt: skip
     parser.add_argument("--eval-every", type=int, default=0, help="pass@1 every N iterations")
+    parser.add_argument(
+        "--eval-trained", action="store_true",
+        help="also greedy pass@1 on the training tasks themselves, before and after: does the "
+        "recipe learn what it trained on (optimisation) where unseen instances do not gain "
+        "(generalisation)?",
+    )  # fmt: skip
     parser.add_argument("--max-new-tokens", type=int, default=64, help="per trial (per turn)")
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per training row")
     parser.add_argument("--max-context", type=int, default=512, help="an episode's tokens")
@@ -157,9 +163,9 @@ def main() -> None:
     limits = EpisodeLimits(max_tokens=args.max_context)
     started = time.monotonic()
 
-    def evaluated() -> EvalResult:
+    def evaluated(tasks: Sequence[Task] = eval_tasks) -> EvalResult:
         model.eval()
-        return evaluate(model, tokenizer, env, eval_tasks, max_new_tokens=args.max_new_tokens,
+        return evaluate(model, tokenizer, env, tasks, max_new_tokens=args.max_new_tokens,
                         limits=limits)  # fmt: skip
 
     before = evaluated()
@@ -173,6 +179,9 @@ def main() -> None:
     levels = range(1, args.max_depth + 1)
     drawn = training_tasks(ENVIRONMENTS, args.env, draw.randrange(1 << 30), levels)
     pool = list(islice(drawn, args.tasks * args.iterations))
+    trained_before = evaluated(pool) if args.eval_trained else None
+    if trained_before is not None:
+        print(f"pass@1 on the {len(pool)} training tasks before: {trained_before.pass_at_1:.1%}")
     sampling = SamplingParams(args.temperature, args.top_p, args.max_new_tokens)
     settings = GRPOSettings(
         group=args.group, sampling=sampling, seq_len=args.seq_len, limits=limits,
@@ -193,6 +202,10 @@ def main() -> None:
     print(f"pass@1 after {args.iterations} iterations: {after.pass_at_1:.1%} ({lift:+.1%} "
           f"points); {took:.0f}s")  # fmt: skip
     print(f"eval check: {'PASS' if decision.passed else 'REFUSED'}: {decision.reason}")
+    if trained_before is not None:
+        trained_after = evaluated(pool)
+        print(f"pass@1 on the {len(pool)} training tasks: {trained_before.pass_at_1:.1%} -> "
+              f"{trained_after.pass_at_1:.1%} ({_by_depth(trained_after, pool)})")  # fmt: skip
 
 
 def _by_depth(result: EvalResult, tasks: list[Task]) -> str:
