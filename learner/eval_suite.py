@@ -30,7 +30,7 @@ from environments.episode_runner import EpisodeTrace, run_episodes
 from environments.episodes import EpisodeLimits, MultiTurnEnvironment
 from policies.agent_sampling import SamplingParams, sample
 
-GREEDY_BATCH = 32  # prompts per generate call
+GREEDY_BATCH = 32  # prompts per generate call (episodes per lock-step batch)
 # An eval episode's wall limit is a hang guard only (each tool call has its sandbox's own
 # limits): a batch of episodes decodes together, so on a loaded machine (a demo's learner beside
 # its rollout workers) the default 60 s ended passing episodes, and a verdict paired against a
@@ -209,9 +209,15 @@ def sample_trials(
     generate and the sandbox for single completions, lock-step episodes for a multi-turn
     environment (what a rollout worker does, in this process: studies, pass@k, tests)."""
     if isinstance(environment, MultiTurnEnvironment):
+        # In chunks, as a worker runs them: an episode's wall time is the whole lock-step
+        # batch's, and 192 at once on 2 cores ran past the 60 s limit (30 of them were cut).
         repeated = [t for t in tasks for _ in range(group_size)]
-        traces = run_episodes(model, tokenizer, environment, repeated, sampling, limits=limits,
-                              seed=seed)  # fmt: skip
+        traces: list[EpisodeTrace] = []
+        for chunk, start in enumerate(range(0, len(repeated), GREEDY_BATCH)):
+            traces.extend(run_episodes(
+                model, tokenizer, environment, repeated[start : start + GREEDY_BATCH], sampling,
+                limits=limits, seed=None if seed is None else seed + 1000 * chunk,
+            ))  # fmt: skip
         return [Trial(t.task, t.prompt_ids, t.completion_ids, t.logprobs, t.mask, t.score,
                       t.turns) for t in traces]  # fmt: skip
     groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,

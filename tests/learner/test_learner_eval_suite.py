@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 
 from environments.base import Score, Split, Task
+from environments.episode_runner import EpisodeTrace, run_episodes
 from environments.episodes import EpisodeLimits
+from learner import eval_suite
 from learner.eval_suite import (
     EvalConfig,
     EvalResult,
@@ -83,6 +87,27 @@ def test_sampled_trials_of_episodes_come_task_by_task_with_their_masks() -> None
         assert len(trial.mask) == len(trial.completion_ids) == len(trial.logprobs)
         assert 1 in trial.mask and 1 <= trial.turns <= 2
         assert all(lp == 0.0 for lp, m in zip(trial.logprobs, trial.mask, strict=True) if not m)
+
+
+def test_sampled_episodes_run_in_lock_step_chunks_as_a_worker_runs_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # an episode's wall time is its whole batch's: all of a study's episodes at once ran past it
+    batches: list[int] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> list[EpisodeTrace]:
+        batches.append(len(args[3]))
+        return run_episodes(*args, **kwargs)
+
+    monkeypatch.setattr(eval_suite, "GREEDY_BATCH", 4)
+    monkeypatch.setattr(eval_suite, "run_episodes", recorded)
+    model, tokenizer = tiny_chat_lm()
+    world = CounterWorld()
+    tasks = world.tasks("train", 2)
+    trials = sample_trials(model, tokenizer, world, tasks, 3, SamplingParams(1.0, 1.0, 8),
+                           limits=EpisodeLimits(max_turns=1, max_tokens=200), seed=4)  # fmt: skip
+    assert batches == [4, 2]
+    assert [t.task for t in trials] == [tasks[0]] * 3 + [tasks[1]] * 3
 
 
 def test_pass_at_k_is_the_unbiased_estimator() -> None:
