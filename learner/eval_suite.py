@@ -142,13 +142,20 @@ def _episodes(
     tokenizer: Any,
     environment: MultiTurnEnvironment,
     tasks: Sequence[Task],
-    greedy: SamplingParams,
+    params: SamplingParams,
     limits: EpisodeLimits | None,
+    seed: int | None = None,
 ) -> list[EpisodeTrace]:
+    """One episode per entry of ``tasks``, in order, stepped in lock-step chunks of
+    ``GREEDY_BATCH`` as a worker runs them: an episode's wall time is its whole batch's, and 192
+    at once on 2 cores ran past the 60 s limit (30 of them were cut). Each chunk has a seed of
+    its own."""
     traces: list[EpisodeTrace] = []
-    for start in range(0, len(tasks), GREEDY_BATCH):
-        chunk = tasks[start : start + GREEDY_BATCH]
-        traces.extend(run_episodes(model, tokenizer, environment, chunk, greedy, limits=limits))
+    for chunk, start in enumerate(range(0, len(tasks), GREEDY_BATCH)):
+        traces.extend(run_episodes(
+            model, tokenizer, environment, tasks[start : start + GREEDY_BATCH], params,
+            limits=limits, seed=None if seed is None else seed + 1000 * chunk,
+        ))  # fmt: skip
     return traces
 
 
@@ -209,15 +216,8 @@ def sample_trials(
     generate and the sandbox for single completions, lock-step episodes for a multi-turn
     environment (what a rollout worker does, in this process: studies, pass@k, tests)."""
     if isinstance(environment, MultiTurnEnvironment):
-        # In chunks, as a worker runs them: an episode's wall time is the whole lock-step
-        # batch's, and 192 at once on 2 cores ran past the 60 s limit (30 of them were cut).
         repeated = [t for t in tasks for _ in range(group_size)]
-        traces: list[EpisodeTrace] = []
-        for chunk, start in enumerate(range(0, len(repeated), GREEDY_BATCH)):
-            traces.extend(run_episodes(
-                model, tokenizer, environment, repeated[start : start + GREEDY_BATCH], sampling,
-                limits=limits, seed=None if seed is None else seed + 1000 * chunk,
-            ))  # fmt: skip
+        traces = _episodes(model, tokenizer, environment, repeated, sampling, limits, seed)
         return [Trial(t.task, t.prompt_ids, t.completion_ids, t.logprobs, t.mask, t.score,
                       t.turns) for t in traces]  # fmt: skip
     groups = sample(model, tokenizer, [environment.reset(t) for t in tasks], group_size,
