@@ -123,7 +123,7 @@ def evaluate(
     greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     clusters = tuple(environment.cluster(t) for t in tasks)
     if isinstance(environment, MultiTurnEnvironment):
-        traces = _episodes(model, tokenizer, environment, tasks, greedy, limits)
+        traces = greedy_episodes(model, tokenizer, environment, tasks, max_new_tokens, limits)
         return _result(tasks, [t.score for t in traces], clusters, [t.turns for t in traces],
                        [t.tool_calls for t in traces])  # fmt: skip
     trials: list[tuple[Environment, Task, str]] = []
@@ -135,6 +135,19 @@ def evaluate(
         )
     scores = score_all(trials)
     return _result(tasks, scores, clusters, [1] * len(tasks), [0] * len(tasks))
+
+
+def greedy_episodes(
+    model: Any,
+    tokenizer: Any,
+    environment: MultiTurnEnvironment,
+    tasks: Sequence[Task],
+    max_new_tokens: int = 32,
+    limits: EpisodeLimits | None = None,
+) -> list[EpisodeTrace]:
+    """The episodes :func:`evaluate` scores, whole (turns, calls, endings: for reports)."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    return _episodes(model, tokenizer, environment, tasks, greedy, limits)
 
 
 def _episodes(
