@@ -3,13 +3,15 @@ eval suite's greedy pass@1 before and after (the same held-out tasks).
 
     .venv/bin/python -m bench.agent_learning --checkpoint DIR [--env repository --iterations 25
         --tasks 16 --group 8 --lr 3e-4] [--flip]   # --flip: advantages negated (a bad candidate)
+        [--optimizer sgd --lr 1.0]                 # steps in proportion to the gradient
 
 Each iteration: sample ``group`` trials of ``tasks`` training tasks (at --temperature; episodes of
 tool calls in a multi-turn environment), score them in the sandbox, normalise rewards within each
 group (the joiner's grpo@1 formula), drop flat groups, and take one optimizer step of the GRPO
 objective (learner.recipes.agent_rl.grpo) on the trials' tokens with their behaviour log-probs
-(an episode's tool observations masked out). Prints the mean trial reward per iteration, pass@1
-before and after, the eval check's paired decision and the wall time.
+(an episode's tool observations masked out). Prints the mean trial reward and gradient norm (before
+clipping) per iteration, pass@1 before and after, the eval check's paired decision and the wall
+time.
 """
 
 from __future__ import annotations
@@ -62,12 +64,14 @@ class Iteration:
     advantage: np.ndarray
     trained: int
     flat: int  # trials in groups whose advantages were all equal (no signal)
+    grad_norm: float = 0.0  # mean over the iteration's steps, before clipping
 
     def line(self) -> str:
         length = self.rows.tokens.target.sum(axis=1).mean()  # trained tokens, end included
         return (
             f"mean trial reward {self.rows.reward.mean():.3f}, {length:.1f} tokens per trial, "
-            f"trained on {self.trained} trials ({self.flat} in flat groups)"
+            f"trained on {self.trained} trials ({self.flat} in flat groups), "
+            f"gradient norm {self.grad_norm:.3f}"
         )
 
 
@@ -102,6 +106,7 @@ def grpo_iteration(
                                        advantage, production=0)  # fmt: skip
     if settings.positive_only:
         keep &= advantage > 0
+    norms: list[float] = []
     if keep.any():
         model.train()
         batch = rows.batch(keep)
@@ -109,10 +114,11 @@ def grpo_iteration(
         for _ in range(settings.epochs):
             total, count = objective.loss(model, batch)
             (total / count).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
             optimizer.step()
             optimizer.zero_grad()
-    return Iteration(rows, advantage, int(keep.sum()), dropped["flat_group"])
+    grad_norm = float(np.mean(norms)) if norms else 0.0
+    return Iteration(rows, advantage, int(keep.sum()), dropped["flat_group"], grad_norm)
 
 
 def main() -> None:
@@ -139,6 +145,11 @@ def main() -> None:
         action="store_true",
         help="train on trials with positive advantage only (rejection sampling)",
     )
+    parser.add_argument(
+        "--optimizer", choices=("adamw", "sgd"), default="adamw",
+        help="adamw (the recipe's) or sgd: steps in proportion to the gradient, not its sign",
+    )  # fmt: skip
+    parser.add_argument("--momentum", type=float, default=0.0, help="sgd's momentum")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--reward", choices=("tests", "solved"), default="tests",
@@ -174,7 +185,11 @@ def main() -> None:
     if args.kl > 0:
         reference, _ = load_checkpoint(Path(args.checkpoint))
     task = GRPOTask(GRPOConfig(kl_coef=args.kl, normalisation=args.normalisation), reference)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    optimizer = (
+        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+        if args.optimizer == "sgd"
+        else torch.optim.AdamW(model.parameters(), lr=args.lr)
+    )
     rng, draw = random.Random(0), random.Random(f"train-{args.seed + 1}")
     levels = range(1, args.max_depth + 1)
     drawn = training_tasks(ENVIRONMENTS, args.env, draw.randrange(1 << 30), levels)
