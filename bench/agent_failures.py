@@ -14,42 +14,31 @@ turns out, submitted). Counts per outcome, per bug kind and template, and one ex
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from environments import ENVIRONMENTS, REPOSITORY
 from environments.episodes import EpisodeLimits
 from environments.repository import expert
 from environments.repository.environment import RepositoryEnvironment
 from learner.eval_suite import greedy_episodes
+from policies.agent_chat import ToolCall, tool_call
 from policies.agent_lm import load_checkpoint
 
 
-def calls_of(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """``(tool, arguments)`` of every tool call in an episode's OpenAI messages, in order."""
-    calls = []
-    for message in messages:
-        for call in message.get("tool_calls") or ():
-            function = call["function"]
-            arguments = function["arguments"]
-            calls.append((function["name"], json.loads(arguments) if isinstance(arguments, str)
-                          else dict(arguments)))  # fmt: skip
-    return calls
+def calls_of(messages: Sequence[Mapping[str, Any]]) -> list[ToolCall]:
+    """Every tool call in an episode's OpenAI messages, in order."""
+    return [tool_call(raw) for message in messages for raw in message.get("tool_calls") or ()]
 
 
-def outcome(
-    passed: bool, calls: Sequence[tuple[str, Mapping[str, Any]]], want: Sequence[tuple[str, str]]
-) -> str:
+def outcome(passed: bool, calls: Sequence[ToolCall], want: Sequence[tuple[str, str]]) -> str:
     """The episode's outcome (module docstring) given its calls and the fix's ``(old, new)``
     lines (stripped, as :func:`environments.repository.expert.changed_lines` gives them)."""
     if passed:
         return "passed"
-    edits = [arguments for name, arguments in calls if name == "edit"]
+    edits = [call.arguments for call in calls if call.name == "edit"]
     if not edits:
         return "no-edit"
     olds = {str(e.get("old", "")).strip() for e in edits}
@@ -69,7 +58,6 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64, help="per turn")
     parser.add_argument("--max-context", type=int, default=512, help="an episode's tokens")
     args = parser.parse_args()
-    torch.manual_seed(0)
     env = ENVIRONMENTS.get_any(REPOSITORY)
     assert isinstance(env, RepositoryEnvironment)
     tasks = env.tasks(args.split, args.tasks)
@@ -92,7 +80,9 @@ def main() -> None:
         for key in (f"level {trace.task.difficulty}", f"bugs {'+'.join(spec.bugs)}",
                     f"template {spec.template}"):  # fmt: skip
             by.setdefault(key, Counter())["passed" if kind == "passed" else "failed"] += 1
-        examples.setdefault(kind, f"fix {want}\n    calls {calls}")
+        examples.setdefault(
+            kind, f"fix {want}\n    calls {[(c.name, dict(c.arguments)) for c in calls]}"
+        )
     print(f"{len(traces)} greedy episodes of {args.split}: " + ", ".join(
         f"{k} {n} ({n / len(traces):.0%})" for k, n in outcomes.most_common()))  # fmt: skip
     print("failures by ending: " + ", ".join(f"{k} {n}" for k, n in endings.most_common()))

@@ -120,12 +120,12 @@ def evaluate(
     """Greedy pass@1 and mean reward of ``model`` on ``tasks``: one completion per task, or
     one episode per task in a multi-turn environment (``max_new_tokens`` per turn, within
     ``limits``)."""
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     clusters = tuple(environment.cluster(t) for t in tasks)
     if isinstance(environment, MultiTurnEnvironment):
         traces = greedy_episodes(model, tokenizer, environment, tasks, max_new_tokens, limits)
         return _result(tasks, [t.score for t in traces], clusters, [t.turns for t in traces],
                        [t.tool_calls for t in traces])  # fmt: skip
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     trials: list[tuple[Environment, Task, str]] = []
     for start in range(0, len(tasks), GREEDY_BATCH):
         chunk = tasks[start : start + GREEDY_BATCH]

@@ -119,7 +119,7 @@ def message_text(message: Mapping[str, Any], eos: str) -> str:
     content = message.get("content") or ""
     if role != "assistant":
         return f"{marker}{content}\n"
-    calls = "".join(_call(c).text() for c in message.get("tool_calls") or ())
+    calls = "".join(tool_call(c).text() for c in message.get("tool_calls") or ())
     return f"{marker}{content}{calls}{eos}"
 
 
@@ -167,7 +167,8 @@ def segments(
     return out
 
 
-def _call(raw: Any) -> ToolCall:
+def tool_call(raw: Any) -> ToolCall:
+    """A message's ``tool_calls`` entry as a ToolCall (``arguments`` a JSON string or a dict)."""
     if isinstance(raw, ToolCall):
         return raw
     function = raw.get("function", raw)
